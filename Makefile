@@ -1,0 +1,38 @@
+# Two commands: `make serve` and `make test`. Each sets up whatever is missing first
+# (virtual environment with pinned packages, the local Triton backend directory, the tiny
+# chat model) and is quick the second time.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+MODEL ?=
+SERVED_MODEL_NAME ?=
+PYTEST_ARGS ?=
+ENV_STAMP := $(VENV)/.ready-$(shell cat requirements-local.txt pyproject.toml tools/setup_venv.sh | sha1sum | cut -c1-12)
+TINY_MODEL := build/tiny-chat
+
+.PHONY: setup serve test unit bench clean
+
+setup: $(ENV_STAMP) $(TINY_MODEL)/.complete
+
+$(ENV_STAMP): requirements-local.txt pyproject.toml tools/setup_venv.sh
+	tools/setup_venv.sh $(VENV) $(PYTHON)
+	rm -f $(VENV)/.ready-* && touch $@
+
+$(TINY_MODEL)/.complete: $(ENV_STAMP) tools/make_tiny_model.py tools/tiny_model_corpus.txt
+	$(PY) tools/make_tiny_model.py --out $(TINY_MODEL)
+	touch $@
+
+serve: setup
+	$(PY) tools/serve.py $(if $(MODEL),--model $(MODEL)) $(if $(SERVED_MODEL_NAME),--served-model-name $(SERVED_MODEL_NAME))
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: setup
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) tools/bench.py $(BENCH_ARGS)
+
+clean:
+	rm -rf build

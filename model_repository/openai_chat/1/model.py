@@ -1,0 +1,7 @@
+"""Triton entry point of `openai_chat`; all logic lives in the installed `tritonchat` package."""
+
+from tritonchat.triton import OpenAIChatModel
+
+
+class TritonPythonModel(OpenAIChatModel):
+    """OpenAI Chat Completions over BLS streaming to the generation model (see `config.pbtxt`)."""

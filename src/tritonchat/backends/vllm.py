@@ -1,0 +1,68 @@
+"""Request format of Triton's vLLM backend (`backend: "vllm"`).
+
+Tensors have no batch dimension (`max_batch_size: 0`). Sampling settings travel as one
+JSON string in `sampling_parameters`. With `exclude_input_in_output` and streaming, every
+response carries only the text generated since the previous one; `num_output_tokens` is
+likewise a delta, `num_input_tokens` the prompt length.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from .base import GenerationOutput, GenerationRequest, RequestFormat
+
+_OUTPUTS = ["text_output", "finish_reason", "num_input_tokens", "num_output_tokens"]
+_TRUE = np.array([True])
+
+
+def _string(value: str) -> np.ndarray:
+    return np.array([value.encode("utf-8")], dtype=np.object_)
+
+
+def _decode(value) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class VllmFormat(RequestFormat):
+    name = "vllm"
+    reports_finish_reason = True
+
+    def sampling_parameters(self, request: GenerationRequest) -> dict:
+        params = {"max_tokens": request.max_tokens, **request.sampling}
+        if request.lora_name:
+            params["lora_name"] = request.lora_name
+        return params
+
+    def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
+        return {
+            "text_input": _string(request.prompt),
+            "stream": np.array([request.stream]),
+            "exclude_input_in_output": _TRUE,
+            "sampling_parameters": _string(json.dumps(self.sampling_parameters(request))),
+            "return_finish_reason": _TRUE,
+            "return_num_input_tokens": _TRUE,
+            "return_num_output_tokens": _TRUE,
+        }
+
+    def requested_outputs(self, request: GenerationRequest) -> list[str]:
+        return list(_OUTPUTS)
+
+    def parse(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
+        out = GenerationOutput()
+        text = outputs.get("text_output")
+        if text is not None and text.size:
+            out.text = _decode(text.reshape(-1)[0])
+        reason = outputs.get("finish_reason")
+        if reason is not None and reason.size:
+            value = _decode(reason.reshape(-1)[0])
+            out.finish_reason = None if value in ("None", "") else value
+        prompt = outputs.get("num_input_tokens")
+        if prompt is not None and prompt.size:
+            out.prompt_tokens = int(prompt.reshape(-1)[0])
+        completion = outputs.get("num_output_tokens")
+        if completion is not None and completion.size:
+            out.completion_tokens = int(completion.reshape(-1)[0])
+        return out

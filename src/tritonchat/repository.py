@@ -1,0 +1,78 @@
+"""Prepare a runnable copy of the model repository for a given model on disk.
+
+The committed `model_repository/` is complete except for where the model files are: the
+vLLM model's `1/model.json` names them. This command copies the repository and writes
+that file with the model path, the served name and any engine-argument overrides, so the
+same repository serves the embedded tiny model locally and a real model in a container:
+
+    python -m tritonchat.repository --src model_repository --dst /tmp/repo \\
+        --model /models/hf --served-model-name my-model --engine-arg max_model_len=8192
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+
+def parse_engine_arg(item: str) -> tuple[str, object]:
+    """`key=value`; the value is JSON when it parses as JSON (numbers, booleans), else a string."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {item!r}")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def prepare_repository(
+    src: Path,
+    dst: Path,
+    *,
+    model: str | None = None,
+    served_model_name: str | None = None,
+    engine_args: dict | None = None,
+    vllm_model: str = "vllm_model",
+    only: list[str] | None = None,
+) -> Path:
+    """Copy `src` to `dst` (replacing it) and rewrite `<vllm_model>/1/model.json`."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    dst.mkdir(parents=True)
+    for model_dir in sorted(p for p in src.iterdir() if p.is_dir()):
+        if only is None or model_dir.name in only:
+            shutil.copytree(model_dir, dst / model_dir.name, ignore=ignore)
+    model_json = dst / vllm_model / "1" / "model.json"
+    if model_json.parent.is_dir():
+        args = json.loads(model_json.read_text()) if model_json.is_file() else {}
+        if model:
+            args["model"] = str(model)
+        if served_model_name:
+            args["served_model_name"] = served_model_name
+        args.update(engine_args or {})
+        model_json.write_text(json.dumps(args, indent=2) + "\n")
+    return dst
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--src", type=Path, required=True, help="the committed model repository")
+    parser.add_argument("--dst", type=Path, required=True, help="where to write the runnable copy")
+    parser.add_argument("--model", help="model files (directory or Hugging Face id) for the vLLM model")
+    parser.add_argument("--served-model-name", help="the name clients put in 'model'")
+    parser.add_argument(
+        "--engine-arg", action="append", default=[], type=parse_engine_arg, help="vLLM engine argument key=value"
+    )
+    args = parser.parse_args(argv)
+    dst = prepare_repository(
+        args.src, args.dst, model=args.model, served_model_name=args.served_model_name, engine_args=dict(args.engine_arg)
+    )
+    print(dst)
+
+
+if __name__ == "__main__":
+    main()

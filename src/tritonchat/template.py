@@ -1,0 +1,148 @@
+"""Render OpenAI messages into the served model's own prompt with its Hugging Face chat template."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+import jinja2.nodes
+
+from .errors import BadRequestError
+from .protocol import ChatCompletionRequest, TextPart
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str  # exactly what the generation model receives
+    num_tokens: int  # what the generation model will count for it
+
+
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer  # noqa: PLC0415  (heavy import, only at model load)
+
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+
+
+def template_iterates_content(template: str) -> bool:
+    """True when the chat template loops over `message.content` (OpenAI-style content parts).
+
+    Such templates need `content` as a list of parts; the others need a plain string.
+    """
+    try:
+        ast = jinja2.Environment().parse(template)
+    except jinja2.TemplateSyntaxError:
+        return False
+    for loop in ast.find_all(jinja2.nodes.For):
+        for node in loop.iter.find_all((jinja2.nodes.Getattr, jinja2.nodes.Getitem)):
+            key = node.attr if isinstance(node, jinja2.nodes.Getattr) else getattr(node.arg, "value", None)
+            if key == "content":
+                return True
+    return False
+
+
+def _text(content: str | list[TextPart] | None) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    return "\n".join(part.text for part in content)
+
+
+def _parts(content: str | list[TextPart] | None) -> list[dict] | None:
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return [{"type": "text", "text": part.text} for part in content]
+
+
+def _arguments(arguments: str) -> Any:
+    """Tool-call arguments as an object, as chat templates expect (they `tojson` them)."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+    return value if isinstance(value, dict) else arguments
+
+
+class PromptRenderer:
+    """Turns a validated request into the prompt text the generation model gets."""
+
+    def __init__(self, tokenizer, content_format: str = "auto"):
+        self.tokenizer = tokenizer
+        template = getattr(tokenizer, "chat_template", None)
+        if not template:
+            raise ValueError("the tokenizer has no chat template")
+        if content_format == "auto":
+            content_format = "openai" if template_iterates_content(template) else "string"
+        self.content_format = content_format
+        # When the template writes the BOS token and the generation model's tokenizer adds
+        # it again while encoding the text, the engine would see two; drop the written one.
+        bos = getattr(tokenizer, "bos_token", None)
+        adds_bos = bool(bos) and tokenizer("").input_ids[:1] == [tokenizer.bos_token_id]
+        self._strip_prefix = bos if adds_bos else None
+
+    def messages(self, request: ChatCompletionRequest) -> list[dict]:
+        content = _parts if self.content_format == "openai" else _text
+        out = []
+        for message in request.messages:
+            item: dict[str, Any] = {"role": message.role, "content": content(message.content)}
+            if getattr(message, "name", None):
+                item["name"] = message.name
+            if message.role == "assistant":
+                if message.tool_calls:
+                    item["tool_calls"] = [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {"name": call.function.name, "arguments": _arguments(call.function.arguments)},
+                        }
+                        for call in message.tool_calls
+                    ]
+                reasoning = message.reasoning_content or message.reasoning
+                if reasoning is not None:
+                    item["reasoning_content"] = reasoning
+            elif message.role == "tool":
+                item["tool_call_id"] = message.tool_call_id
+            out.append(item)
+        return out
+
+    def render(self, request: ChatCompletionRequest) -> Prompt:
+        add_generation_prompt = request.add_generation_prompt
+        continue_final = bool(request.continue_final_message)
+        if add_generation_prompt is None:
+            add_generation_prompt = not continue_final
+        if add_generation_prompt and continue_final:
+            raise BadRequestError(
+                "'add_generation_prompt' and 'continue_final_message' cannot both be true.",
+                param="continue_final_message",
+            )
+        if continue_final and request.messages[-1].role != "assistant":
+            raise BadRequestError(
+                "'continue_final_message' needs the last message to be from the assistant.",
+                param="continue_final_message",
+            )
+        kwargs = dict(request.chat_template_kwargs or {})
+        for reserved in ("messages", "tools", "add_generation_prompt", "continue_final_message", "tokenize"):
+            if reserved in kwargs:
+                raise BadRequestError(f"'chat_template_kwargs' must not set {reserved!r}.", param="chat_template_kwargs")
+        tools = [tool.model_dump(exclude_none=True, by_alias=True) for tool in request.tools] if request.tools else None
+        try:
+            text = self.tokenizer.apply_chat_template(
+                self.messages(request),
+                tools=tools,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final,
+                tokenize=False,
+                **kwargs,
+            )
+        except jinja2.TemplateError as exc:
+            # The template itself refused the conversation (raise_exception in the template).
+            raise BadRequestError(f"The chat template rejected the messages: {exc}", param="messages") from None
+        if self._strip_prefix and text.startswith(self._strip_prefix):
+            text = text[len(self._strip_prefix) :]
+        num_tokens = len(self.tokenizer(text).input_ids)
+        return Prompt(text=text, num_tokens=num_tokens)

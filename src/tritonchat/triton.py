@@ -1,0 +1,262 @@
+"""The `openai_chat` Triton model: the only module that talks to `triton_python_backend_utils`.
+
+Flow per request, all on the stub's event loop except where noted:
+JSON body -> validated request -> prompt (rendered in a worker thread) -> BLS request to
+the generation model (`async_exec(decoupled=True)`) -> `ResponsePump` (reader and writer
+threads) -> OpenAI JSON responses. `execute` only schedules that work and returns, so one
+instance serves many streams at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import locale
+import logging
+import os
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .backends import FORMATS, GenerationRequest, RequestFormat
+from .config import Settings, flatten_parameters
+from .errors import (
+    BadRequestError,
+    CancelledError,
+    InternalError,
+    NotFoundError,
+    OpenAIError,
+    UnavailableError,
+)
+from .generation import Limits, plan_generation, refuse_unsupported
+from .protocol import parse_chat_request
+from .pump import ResponsePump
+from .stream import ChatResponseBuilder
+from .template import PromptRenderer, load_tokenizer
+
+log = logging.getLogger("tritonchat")
+
+INPUT_NAME = "request"
+OUTPUT_NAME = "response"
+
+
+def _pb():
+    import triton_python_backend_utils as pb_utils  # noqa: PLC0415  (exists only inside Triton)
+
+    return pb_utils
+
+
+def triton_error(error: OpenAIError):
+    pb = _pb()
+    codes = {
+        400: pb.TritonError.INVALID_ARG,
+        404: pb.TritonError.NOT_FOUND,
+        499: getattr(pb.TritonError, "CANCELLED", pb.TritonError.INVALID_ARG),
+        503: pb.TritonError.UNAVAILABLE,
+    }
+    return pb.TritonError(error.to_json(), codes.get(error.status, pb.TritonError.INTERNAL))
+
+
+def error_from_backend(error) -> OpenAIError:
+    """A BLS error response from the generation model as the error our client sees."""
+    pb = _pb()
+    message = error.message()
+    code = error.code() if hasattr(error, "code") else None
+    text = f"The generation model failed: {message}"
+    if code == pb.TritonError.UNAVAILABLE or "is not ready" in message or "unknown model" in message.lower():
+        return UnavailableError(f"The generation model is unavailable: {message}")
+    if code == getattr(pb.TritonError, "CANCELLED", None):
+        return CancelledError(f"The generation was cancelled: {message}")
+    if code == pb.TritonError.NOT_FOUND:
+        return NotFoundError(text, param=None, code=None)
+    if code == pb.TritonError.INVALID_ARG:
+        return BadRequestError(text)
+    return InternalError(text)
+
+
+class TritonSink:
+    """Sends one request's payloads through its Triton response sender; FINAL exactly once."""
+
+    def __init__(self, request):
+        self._pb = _pb()
+        self._request = request
+        self._sender = request.get_response_sender()
+        self.closed = False
+
+    def send(self, payload: str, final: bool) -> None:
+        pb = self._pb
+        tensor = pb.Tensor(OUTPUT_NAME, np.array([payload.encode("utf-8")], dtype=np.object_))
+        self._sender.send(
+            pb.InferenceResponse(output_tensors=[tensor]),
+            flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0,
+        )
+        if final:
+            self.closed = True
+
+    def send_error(self, error: OpenAIError) -> None:
+        if self.closed:
+            return
+        pb = self._pb
+        self.closed = True
+        self._sender.send(
+            pb.InferenceResponse(output_tensors=[], error=triton_error(error)),
+            flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
+
+    def is_cancelled(self) -> bool:
+        return self._request.is_cancelled()
+
+
+class BlsGeneration:
+    """One BLS response stream from the generation model, as `GenerationOutput`s."""
+
+    def __init__(self, iterator, request_format: RequestFormat):
+        self._iterator = iterator
+        self._format = request_format
+
+    def __iter__(self):
+        for response in self._iterator:
+            if response.has_error():
+                raise error_from_backend(response.error())
+            tensors = response.output_tensors()
+            if not tensors:  # a flag-only FINAL from the generation model
+                continue
+            yield self._format.parse({t.name(): t.as_numpy() for t in tensors})
+
+    def cancel(self) -> None:
+        cancel = getattr(self._iterator, "cancel", None)  # Triton 25.04 and later
+        if cancel is not None:
+            cancel()
+
+
+class OpenAIChatModel:
+    """Implements Triton's `TritonPythonModel` interface; `model.py` subclasses it."""
+
+    def initialize(self, args: dict) -> None:
+        pb = _pb()
+        # The stub's interpreter starts with an ASCII locale; tokenizer files are UTF-8.
+        try:
+            locale.setlocale(locale.LC_ALL, "C.UTF-8")
+        except locale.Error:
+            pass
+        logging.basicConfig(level=os.environ.get("TRITONCHAT_LOG_LEVEL", "INFO"))
+        self.model_config = json.loads(args["model_config"])
+        if not pb.using_decoupled_model_transaction_policy(self.model_config):
+            raise pb.TritonModelException("openai_chat must be decoupled: set model_transaction_policy { decoupled: true }")
+        self.settings = Settings.from_parameters(flatten_parameters(self.model_config), args.get("model_repository"))
+        tokenizer = load_tokenizer(self.settings.tokenizer)
+        self.renderer = PromptRenderer(tokenizer, self.settings.chat_template_content_format)
+        self.limits = Limits(
+            context_length=self.settings.max_model_len or _context_length(self.settings.tokenizer, tokenizer),
+            default_max_tokens=self.settings.default_max_tokens,
+        )
+        self.request_format: RequestFormat = FORMATS[self.settings.request_format]()
+        fingerprint_source = f"{__version__}|{self.settings.served_model_name}|{self.settings.target_model}"
+        self.system_fingerprint = "fp_" + hashlib.sha256(fingerprint_source.encode()).hexdigest()[:10]
+        self._render_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-render")
+        self._tasks: set[asyncio.Task] = set()
+        self._pumps: set[ResponsePump] = set()
+        log.info(
+            "openai_chat ready: serves %r via %s model %r (context %d tokens, tokenizer %s, content format %s)",
+            self.settings.served_model_name,
+            self.settings.request_format,
+            self.settings.target_model,
+            self.limits.context_length,
+            self.settings.tokenizer,
+            self.renderer.content_format,
+        )
+
+    async def execute(self, requests):
+        loop = asyncio.get_running_loop()
+        for request in requests:
+            task = loop.create_task(self._handle(request))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return None
+
+    async def _handle(self, request) -> None:
+        sink = TritonSink(request)
+        try:
+            await self._start(request, sink)
+        except OpenAIError as error:
+            self._fail(sink, error)
+        except Exception as exc:  # noqa: BLE001  (a request must never end without FINAL)
+            log.exception("request failed")
+            self._fail(sink, InternalError(f"Internal error: {exc}"))
+
+    def _fail(self, sink: TritonSink, error: OpenAIError) -> None:
+        try:
+            sink.send_error(error)
+        except Exception:  # noqa: BLE001
+            log.exception("could not send the error response")
+
+    async def _start(self, request, sink: TritonSink) -> None:
+        pb = _pb()
+        tensor = pb.get_input_tensor_by_name(request, INPUT_NAME)
+        if tensor is None:
+            raise BadRequestError(f"The input tensor {INPUT_NAME!r} is missing.")
+        raw = tensor.as_numpy().reshape(-1)
+        if raw.size != 1:
+            raise BadRequestError(f"The input tensor {INPUT_NAME!r} must hold exactly one request body.")
+        chat = parse_chat_request(raw[0])
+        if chat.model and chat.model != self.settings.served_model_name:
+            raise NotFoundError(f"The model {chat.model!r} does not exist; this server serves {self.settings.served_model_name!r}.")
+        refuse_unsupported(chat)
+        loop = asyncio.get_running_loop()
+        prompt = await loop.run_in_executor(self._render_pool, self.renderer.render, chat)
+        generation = plan_generation(chat, prompt, self.limits)
+        request_id = request.request_id()
+        builder = ChatResponseBuilder(
+            completion_id="chatcmpl-" + (request_id or uuid.uuid4().hex),
+            created=int(time.time()),
+            model=self.settings.served_model_name,
+            system_fingerprint=self.system_fingerprint,
+            prompt_tokens=prompt.num_tokens,
+            include_usage=bool(chat.stream_options and chat.stream_options.include_usage),
+        )
+        iterator = await self._bls(generation).async_exec(decoupled=True)
+        pump = ResponsePump(
+            builder,
+            [BlsGeneration(iterator, self.request_format)],
+            sink,
+            stream=chat.is_stream,
+            cancel_check_interval=self.settings.cancel_check_interval_ms / 1000.0,
+            idle_timeout=self.settings.idle_timeout_s,
+            require_finish_reason=self.request_format.reports_finish_reason,
+        )
+        self._pumps.add(pump)
+        pump.on_done = lambda: self._pumps.discard(pump)
+        pump.start()
+
+    def _bls(self, generation: GenerationRequest):
+        pb = _pb()
+        fmt = self.request_format
+        return pb.InferenceRequest(
+            model_name=self.settings.target_model,
+            model_version=self.settings.target_model_version,
+            inputs=[pb.Tensor(name, value) for name, value in fmt.inputs(generation).items()],
+            requested_output_names=fmt.requested_outputs(generation),
+        )
+
+    def finalize(self) -> None:
+        self._render_pool.shutdown(wait=False, cancel_futures=True)
+        log.info("openai_chat finalized (%d streams still open)", len(self._pumps))
+
+
+def _context_length(tokenizer_path: str, tokenizer) -> int:
+    """The model's context length from its config.json, else the tokenizer's limit, else 0."""
+    config = Path(tokenizer_path) / "config.json"
+    if config.is_file():
+        try:
+            value = json.loads(config.read_text()).get("max_position_embeddings")
+            if value:
+                return int(value)
+        except (json.JSONDecodeError, ValueError):
+            pass
+    limit = getattr(tokenizer, "model_max_length", 0) or 0
+    return int(limit) if 0 < limit < 10**8 else 0

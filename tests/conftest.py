@@ -1,0 +1,68 @@
+"""Integration fixtures: one real `tritonserver` for the whole test session.
+
+Its repository holds:
+- `openai_chat` exactly as committed, calling `vllm_model`: the tiny chat model on the
+  local vLLM backend (real vLLM engine on the CPU);
+- `chat_scripted`: the same `openai_chat` code calling `scripted_vllm`, a model with the
+  vLLM backend's interface whose output each test scripts through the prompt.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.harness import ROOT, ChatClient, add_chat_model, add_test_model, add_vllm_model
+from tools.tritonlocal import TritonServer, free_port
+
+TINY_MODEL = ROOT / "build" / "tiny-chat"
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    subprocess.run([sys.executable, str(ROOT / "tools" / "make_tiny_model.py"), "--out", str(TINY_MODEL)], check=True)
+    return TINY_MODEL
+
+
+@pytest.fixture(scope="session")
+def triton(tmp_path_factory, tiny_model) -> TritonServer:
+    repo = tmp_path_factory.mktemp("model_repository")
+    add_test_model(repo, "scripted_vllm")
+    add_chat_model(
+        repo,
+        "chat_scripted",
+        target_model="scripted_vllm",
+        tokenizer=str(tiny_model),
+        served_model_name="scripted",
+        idle_timeout_s="3",
+        cancel_check_interval_ms="50",
+    )
+    add_vllm_model(repo, "vllm_model", tiny_model)
+    add_chat_model(repo, "openai_chat")
+    log = tmp_path_factory.getbasetemp() / "tritonserver.log"
+    server = TritonServer(repo, free_port(), free_port(), free_port(), log_path=log)
+    server.start()
+    try:
+        server.wait_ready(timeout=300)
+        yield server
+    finally:
+        server.stop()
+        print(f"\ntritonserver log: {log}")
+
+
+@pytest.fixture
+def scripted(triton) -> ChatClient:
+    return ChatClient(triton.http_url, "chat_scripted")
+
+
+@pytest.fixture
+def tiny(triton) -> ChatClient:
+    return ChatClient(triton.http_url, "openai_chat")
+
+
+@pytest.fixture
+def server_log(triton) -> Path:
+    return triton.log_path

@@ -1,0 +1,289 @@
+"""`openai_chat` in a real tritonserver, against a scripted generation model with the vLLM interface.
+
+The scripted model produces exactly what the test asks for, so these tests can check the
+exact text, layout, finish reasons, usage, errors, concurrency and disconnects.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import requests
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from tests.harness import GrpcChatClient, script
+
+pytestmark = pytest.mark.integration
+
+
+def user(content) -> dict:
+    return {"messages": [{"role": "user", "content": content}]}
+
+
+def check_stream_layout(chunks: list[dict], *, include_usage: bool = False) -> None:
+    """OpenAI's layout: role first, then content, exactly one finish_reason, then (maybe) usage."""
+    parsed = [ChatCompletionChunk.model_validate(c) for c in chunks]
+    assert len({c.id for c in parsed}) == 1
+    assert {c.object for c in parsed} == {"chat.completion.chunk"}
+    choice_chunks = [c for c in chunks if c["choices"]]
+    first = choice_chunks[0]["choices"][0]
+    assert first["delta"] == {"role": "assistant", "content": ""}
+    assert all("role" not in c["choices"][0]["delta"] for c in choice_chunks[1:])
+    finishing = [i for i, c in enumerate(choice_chunks) if c["choices"][0]["finish_reason"] is not None]
+    assert finishing == [len(choice_chunks) - 1], "exactly one chunk, the last, carries finish_reason"
+    assert choice_chunks[-1]["choices"][0]["delta"] == {}
+    if include_usage:
+        assert all(c["usage"] is None for c in choice_chunks)
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["total_tokens"] > 0
+        assert len(chunks) == len(choice_chunks) + 1
+    else:
+        assert all("usage" not in c for c in chunks)
+
+
+def test_non_streaming_completion(scripted):
+    status, body = scripted.create(user(script(chunks=["Hello", ", ", "world"], prompt_tokens=7)))
+    assert status == 200
+    completion = ChatCompletion.model_validate(body)
+    assert completion.object == "chat.completion"
+    assert completion.id.startswith("chatcmpl-")
+    assert completion.model == "scripted"
+    assert completion.system_fingerprint
+    assert completion.choices[0].message.role == "assistant"
+    assert completion.choices[0].message.content == "Hello, world"
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage.model_dump(exclude_none=True) == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    assert list(body) == ["id", "object", "created", "model", "system_fingerprint", "choices", "usage"]
+
+
+def test_streaming_layout_and_text(scripted):
+    chunks = ["Hel", "lo", " ", "wörld", " 🎉"]
+    result = scripted.stream({**user(script(chunks=chunks, interval_ms=5)), "stream": True})
+    assert result.status == 200 and result.error is None
+    check_stream_layout(result.chunks)
+    assert result.content == "".join(chunks)
+    assert result.chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_stream_matches_non_stream(scripted):
+    request = user(script(chunks=["a", "b", "c"], prompt_tokens=4))
+    _, completion = scripted.create(request)
+    streamed = scripted.stream({**request, "stream": True, "stream_options": {"include_usage": True}})
+    check_stream_layout(streamed.chunks, include_usage=True)
+    assert streamed.content == completion["choices"][0]["message"]["content"]
+    assert streamed.chunks[-1]["usage"] == completion["usage"]
+
+
+def test_finish_reason_length(scripted):
+    _, body = scripted.create(user(script(chunks=["x", "y"], finish_reason="length")))
+    assert body["choices"][0]["finish_reason"] == "length"
+    result = scripted.stream({**user(script(chunks=["x", "y"], finish_reason="length")), "stream": True})
+    assert result.chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_request_id_becomes_completion_id(scripted):
+    _, body = scripted.create(user("hi"), request_id="my-request-42")
+    assert body["id"] == "chatcmpl-my-request-42"
+    result = scripted.stream({**user("hi"), "stream": True}, request_id="abc")
+    assert {c["id"] for c in result.chunks} == {"chatcmpl-abc"}
+
+
+def test_model_name(scripted):
+    status, body = scripted.create({**user("hi"), "model": "scripted"})
+    assert status == 200 and body["model"] == "scripted"
+    status, body = scripted.create({**user("hi"), "model": "gpt-4o"})
+    assert body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["code"] == "model_not_found"
+    assert "gpt-4o" in body["error"]["message"]
+
+
+def test_generation_request_sent_to_the_backend(scripted):
+    request = {
+        **user(script(echo_request=True)),
+        "max_completion_tokens": 50,
+        "max_tokens": 10,
+        "temperature": 0.3,
+        "top_p": 0.9,
+        "seed": 7,
+        "stop": "END",
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.5,
+    }
+    _, body = scripted.create(request)
+    seen = json.loads(body["choices"][0]["message"]["content"])
+    assert seen["sampling_parameters"] == {
+        "max_tokens": 50,
+        "temperature": 0.3,
+        "top_p": 0.9,
+        "seed": 7,
+        "stop": ["END"],
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.5,
+    }
+    inputs = seen["inputs"]
+    assert inputs["stream"] == [False]
+    assert inputs["exclude_input_in_output"] == [True]
+    for flag in ("return_finish_reason", "return_num_input_tokens", "return_num_output_tokens"):
+        assert inputs[flag] == [True]
+    assert seen["requested_outputs"] == ["finish_reason", "num_input_tokens", "num_output_tokens", "text_output"]
+
+
+def test_prompt_is_the_models_chat_template(scripted, tiny_model):
+    from transformers import AutoTokenizer
+
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": script(echo_request=True)}]},
+    ]
+    _, body = scripted.create({"messages": messages})
+    prompt = json.loads(body["choices"][0]["message"]["content"])["inputs"]["text_input"][0]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    expected = tokenizer.apply_chat_template(
+        [messages[0], {"role": "user", "content": "part one\n" + script(echo_request=True)}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
+    # The template writes BOS and the engine's tokenizer adds it again: it is sent once.
+    assert expected.startswith(tokenizer.bos_token)
+    assert prompt == expected[len(tokenizer.bos_token) :]
+
+
+def test_default_max_tokens_is_what_fits(scripted, tiny_model):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    _, body = scripted.create(user(script(echo_request=True)))
+    seen = json.loads(body["choices"][0]["message"]["content"])
+    prompt_tokens = len(tokenizer(seen["inputs"]["text_input"][0]).input_ids)
+    assert seen["sampling_parameters"]["max_tokens"] == 2048 - prompt_tokens
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "fragment"),
+    [
+        ("{not json", None, "not valid JSON"),
+        ("[1, 2]", None, "JSON object"),
+        ("{}", "messages", "required"),
+        ('{"messages": []}', "messages", "at least 1"),
+        ('{"messages": "hi"}', "messages", "valid list"),
+        ('{"messages": [{"role": "robot", "content": "hi"}]}', "messages[0]", "robot"),
+        ('{"messages": [{"role": "user", "content": 5}]}', "messages[0].content", "valid string"),
+        ('{"messages": [{"role": "user", "content": "x"}], "temperature": "hot"}', "temperature", "valid number"),
+        ('{"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}', "max_tokens", "greater than or equal to 1"),
+        ('{"messages": [{"role": "user", "content": "x"}], "stream": "yes"}', "stream", "valid boolean"),
+        ('{"messages": [{"role": "tool", "content": "x"}]}', "messages[0].tool_call_id", "required"),
+    ],
+)
+def test_bad_requests_are_400_naming_the_field(scripted, body, param, fragment):
+    for stream in (False, True):
+        result = scripted.stream(body) if stream else None
+        status, error = (result.status, result.error) if stream else scripted.create(body)
+        assert status == 400
+        assert error["error"]["type"] == "invalid_request_error"
+        assert error["error"]["param"] == param
+        assert fragment in error["error"]["message"]
+        if param:
+            assert f"'{param}'" in error["error"]["message"]
+
+
+def test_unsupported_features_are_refused(scripted):
+    status, body = scripted.create({**user("hi"), "n": 2})
+    assert status == 400 and body["error"]["param"] == "n"
+    status, body = scripted.create({**user("hi"), "stream_options": {"include_usage": True}})
+    assert status == 400 and body["error"]["param"] == "stream_options"
+
+
+def test_error_codes_over_grpc(triton):
+    """The Triton error code carries the HTTP status (gRPC status with `triton_grpc_error`)."""
+    client = GrpcChatClient(triton.grpc_url, "chat_scripted")
+    cases = [
+        ({"messages": []}, "INVALID_ARG"),
+        ({**user("hi"), "model": "nope"}, "NOT_FOUND"),
+        (user(script(error_after=0)), "INTERNAL"),
+    ]
+    for request, code in cases:
+        payloads, error = client.stream(request, grpc_error_status=True)
+        assert payloads == []
+        assert error is not None
+        grpc_status = {"INVALID_ARG": "INVALID_ARGUMENT", "NOT_FOUND": "NOT_FOUND", "INTERNAL": "INTERNAL"}[code]
+        assert error.status() == f"StatusCode.{grpc_status}", error
+        assert "error" in json.loads(error.message())
+
+
+def test_grpc_streaming(triton):
+    client = GrpcChatClient(triton.grpc_url, "chat_scripted")
+    payloads, error = client.stream({**user(script(chunks=["one", " two"])), "stream": True}, request_id="g1")
+    assert error is None
+    check_stream_layout(payloads)
+    assert "".join(p["choices"][0]["delta"].get("content", "") for p in payloads) == "one two"
+    assert payloads[0]["id"] == "chatcmpl-g1"
+
+
+def test_generation_error_before_output(scripted):
+    status, body = scripted.create(user(script(error_after=0, error_message="engine exploded")))
+    assert body["error"]["type"] == "server_error"
+    assert "engine exploded" in body["error"]["message"]
+    result = scripted.stream({**user(script(error_after=0, error_message="engine exploded")), "stream": True})
+    assert result.chunks == [] and "engine exploded" in result.error["error"]["message"]
+
+
+def test_generation_error_mid_stream_ends_the_stream(scripted):
+    started = time.monotonic()
+    result = scripted.stream({**user(script(chunks=["a", "b", "c", "d"], error_after=2)), "stream": True})
+    assert time.monotonic() - started < 15
+    assert result.status == 200
+    assert result.content == "ab"
+    assert result.error is not None and result.error["error"]["type"] == "server_error"
+    assert all(c["choices"][0]["finish_reason"] is None for c in result.chunks)
+
+
+def test_silent_generation_model_is_abandoned(scripted):
+    """chat_scripted is configured with idle_timeout_s=3."""
+    started = time.monotonic()
+    result = scripted.stream({**user(script(chunks=["a", "b"], hang_after=1, hang_s=20)), "stream": True})
+    assert 2.5 < time.monotonic() - started < 10
+    assert result.content == "a"
+    assert result.error["error"]["code"] == "service_unavailable"
+
+
+def test_concurrent_streams_run_in_parallel(scripted):
+    """16 streams of 10 chunks 100 ms apart (1 s each) finish in about the time of one."""
+    request = {**user(script(chunks=[f"{i} " for i in range(10)], interval_ms=100)), "stream": True}
+    results = [None] * 16
+
+    def run(i):
+        results[i] = scripted.stream(request)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - started
+    assert all(r.content == "".join(f"{i} " for i in range(10)) for r in results)
+    assert elapsed < 4.0, f"16 concurrent 1-second streams took {elapsed:.1f} s (serial would be 16 s)"
+
+
+def test_client_disconnect_stops_the_stream(triton, scripted, server_log):
+    request_id = f"disconnect-{time.monotonic_ns()}"
+    body = {"id": request_id, "request": json.dumps({**user(script(repeat={"text": "x", "count": 400}, interval_ms=20)), "stream": True})}
+    with requests.post(f"http://{triton.http_url}/v2/models/chat_scripted/generate_stream", json=body, stream=True, timeout=30) as r:
+        lines = r.iter_lines()
+        received = 0
+        for line in lines:
+            if line.startswith(b"data: "):
+                received += 1
+                if received == 3:
+                    break
+    # The connection is closed now; openai_chat notices and stops.
+    deadline = time.monotonic() + 5
+    marker = f"chatcmpl-{request_id}: cancelled by the client"
+    while time.monotonic() < deadline and marker not in server_log.read_text(errors="replace"):
+        time.sleep(0.1)
+    assert marker in server_log.read_text(errors="replace")
+    # The model keeps serving.
+    status, _ = scripted.create(user("still there?"))
+    assert status == 200

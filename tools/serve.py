@@ -1,0 +1,66 @@
+"""Serve the model repository on a local Triton server (ports 8000/8001/8002 by default).
+
+Without --model it serves the embedded tiny chat model made at setup. With --model it
+serves the Hugging Face model in that directory on the CPU build of vLLM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tools.tritonlocal import BUILD, ROOT, TritonServer  # noqa: E402
+from tritonchat.repository import parse_engine_arg, prepare_repository  # noqa: E402
+
+TINY_MODEL = BUILD / "tiny-chat"
+# Engine settings that work for vLLM's CPU build (see README, "Running on CPU").
+CPU_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1, "max_model_len": 2048}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", default=str(TINY_MODEL), help="Hugging Face model directory")
+    parser.add_argument("--served-model-name", help="name clients send as 'model' (default: tiny-chat or the directory name)")
+    parser.add_argument("--engine-arg", action="append", default=[], type=parse_engine_arg, help="vLLM engine argument key=value")
+    parser.add_argument("--http-port", type=int, default=8000)
+    parser.add_argument("--grpc-port", type=int, default=8001)
+    parser.add_argument("--metrics-port", type=int, default=8002)
+    args = parser.parse_args()
+
+    model = Path(args.model).resolve()
+    if not (model / "config.json").is_file():
+        sys.exit(f"{model} is not a Hugging Face model directory (no config.json)")
+    served = args.served_model_name or ("tiny-chat" if model == TINY_MODEL.resolve() else model.name)
+    repo = prepare_repository(
+        ROOT / "model_repository",
+        BUILD / "serve_repository",
+        model=str(model),
+        served_model_name=served,
+        engine_args={**CPU_ENGINE_ARGS, **dict(args.engine_arg)},
+    )
+    server = TritonServer(repo, args.http_port, args.grpc_port, args.metrics_port)
+    server.start()
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    try:
+        server.wait_ready(timeout=600)
+        example = {"model": served, "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
+        print(
+            f"\nServing {served!r} ({model}) on http://localhost:{args.http_port}. Try:\n"
+            f"  curl -sN localhost:{args.http_port}/v2/models/openai_chat/generate_stream "
+            f"-d '{json.dumps({'request': json.dumps(example)})}'\n",
+            flush=True,
+        )
+        server.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

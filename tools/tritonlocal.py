@@ -1,0 +1,180 @@
+"""Run the Triton server shipped in the `nvidia-pytriton` wheel on this machine.
+
+The wheel carries a complete `tritonserver` (2.51, NGC 24.10) with the Python backend.
+This module assembles a backend directory from it (plus the local `vllm` Python-based
+backend), sets the environment the Python backend stub needs, and starts and stops
+servers. Used by `tools/serve.py`, the tests and the benchmark.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build"
+LOCAL_VLLM_BACKEND = ROOT / "tools" / "local_vllm_backend" / "model.py"
+
+
+def pytriton_dir() -> Path:
+    import pytriton  # noqa: PLC0415  (only needed where a local server runs)
+
+    return Path(pytriton.__file__).resolve().parent
+
+
+def server_binary() -> Path:
+    return pytriton_dir() / "tritonserver" / "bin" / "tritonserver"
+
+
+def make_backend_dir(dst: Path = BUILD / "backends") -> Path:
+    """Create `dst/python` (Triton's Python backend) and `dst/vllm` (the local vLLM backend).
+
+    `dst/vllm/model.py` is a symlink, so the backend directory follows edits to the source.
+    """
+    src = pytriton_dir() / "tritonserver"
+    stub = src / "python_backend_stubs" / f"{sys.version_info.major}.{sys.version_info.minor}"
+    python_dir = dst / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    for f in (
+        src / "backends" / "python" / "libtriton_python.so",
+        src / "backends" / "python" / "triton_python_backend_utils.py",
+        stub / "triton_python_backend_stub",
+    ):
+        target = python_dir / f.name
+        if not target.exists() or target.stat().st_size != f.stat().st_size:
+            shutil.copy2(f, target)
+    vllm_dir = dst / "vllm"
+    vllm_dir.mkdir(parents=True, exist_ok=True)
+    link = vllm_dir / "model.py"
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(LOCAL_VLLM_BACKEND)
+    return dst
+
+
+def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for `tritonserver` so its Python stubs run this interpreter's packages.
+
+    The stub links `libpython3.x.so`; the venv's own LIBDIR must come first, otherwise the
+    system libpython is picked and stdlib extension modules fail to load. The stub finds
+    packages through the `python3` first on PATH.
+    """
+    env = dict(os.environ)
+    libdir = sysconfig.get_config_var("LIBDIR")
+    pytriton_libs = pytriton_dir().parent / "nvidia_pytriton.libs"
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (libdir, str(pytriton_libs), env.get("LD_LIBRARY_PATH", "")) if p
+    )
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class TritonServer:
+    """A running `tritonserver` process."""
+
+    model_repository: Path
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    log_path: Path | None = None
+    exit_timeout_s: int = 10
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def command(self) -> list[str]:
+        return [
+            str(server_binary()),
+            f"--model-repository={self.model_repository}",
+            f"--backend-directory={make_backend_dir()}",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            *self.extra_args,
+        ]
+
+    def start(self) -> TritonServer:
+        out = open(self.log_path, "wb") if self.log_path else None  # noqa: SIM115
+        self.process = subprocess.Popen(
+            self.command(),
+            env=server_env(self.env),
+            stdout=out or None,
+            stderr=subprocess.STDOUT if out else None,
+            start_new_session=True,
+        )
+        return self
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"tritonserver exited with {self.process.returncode}{self._log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.5)
+        raise TimeoutError(f"tritonserver not ready after {timeout:.0f}s{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        if not self.log_path or not Path(self.log_path).exists():
+            return ""
+        lines = Path(self.log_path).read_text(errors="replace").splitlines()[-40:]
+        return "\n--- server log (tail) ---\n" + "\n".join(lines)
+
+    def stop(self, timeout: float = 60.0) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def __enter__(self) -> TritonServer:
+        self.start()
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
