@@ -140,17 +140,20 @@ class ResponsePump:
                 continue
             last_activity = now
             merged, ended, error = _coalesce(batch)
-            if error is not None:
-                log.info("%s: ended with an error: %s", self.name, error.message)
-                self._stop_generations()
-                self._send_error(error)
-                return "error"
             payloads: list[str] = []
             for index, output in merged.items():
                 if self.stream:
                     payloads += self.builder.stream_output(index, output)
                 else:
                     self.builder.add_output(index, output)
+            if error is not None:
+                # What arrived before the error still reaches a streaming client.
+                for payload in payloads:
+                    self.sink.send(payload, final=False)
+                log.info("%s: ended with an error: %s", self.name, error.message)
+                self._stop_generations()
+                self._send_error(error)
+                return "error"
             for index in ended:
                 if self.require_finish_reason and self.builder.choices[index].finish_reason is None:
                     # The generation model reports why it stopped on its last response; a

@@ -37,11 +37,25 @@ def template_iterates_content(template: str) -> bool:
         ast = jinja2.Environment().parse(template)
     except jinja2.TemplateSyntaxError:
         return False
-    for loop in ast.find_all(jinja2.nodes.For):
-        for node in loop.iter.find_all((jinja2.nodes.Getattr, jinja2.nodes.Getitem)):
-            key = node.attr if isinstance(node, jinja2.nodes.Getattr) else getattr(node.arg, "value", None)
-            if key == "content":
+    def reads_content(node) -> bool:
+        for n in (node, *node.find_all((jinja2.nodes.Getattr, jinja2.nodes.Getitem))):
+            if isinstance(n, jinja2.nodes.Getattr) and n.attr == "content":
                 return True
+            if isinstance(n, jinja2.nodes.Getitem) and getattr(n.arg, "value", None) == "content":
+                return True
+        return False
+
+    # `{% set content = message['content'] %}` makes `content` an alias worth following.
+    aliases = {
+        assign.target.name
+        for assign in ast.find_all(jinja2.nodes.Assign)
+        if isinstance(assign.target, jinja2.nodes.Name) and reads_content(assign.node)
+    }
+    for loop in ast.find_all(jinja2.nodes.For):
+        if reads_content(loop.iter):
+            return True
+        if any(name.name in aliases for name in (loop.iter, *loop.iter.find_all(jinja2.nodes.Name)) if isinstance(name, jinja2.nodes.Name)):
+            return True
     return False
 
 

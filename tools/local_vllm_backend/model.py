@@ -111,15 +111,25 @@ from typing import Any, Optional
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.lora.request import LoRARequest
-from vllm.sampling_params import SamplingParams, StructuredOutputsParams
-from vllm.v1.engine.async_llm import AsyncLLM
 
-try:  # vLLM >= 0.12: prompts are rendered by the engine's renderer before `generate`
-    from vllm.renderers.inputs.preprocess import parse_model_prompt
-except ImportError:  # older vLLM: `generate` takes the prompt dict itself
-    parse_model_prompt = None
+# vLLM names, bound by `import_vllm()`. vLLM is not imported at module import time: Triton
+# also loads this file in a short-lived stub only to run `auto_complete_config`, and
+# importing vLLM there would add about 10 s to every model load.
+AsyncEngineArgs = AsyncLLM = LoRARequest = SamplingParams = StructuredOutputsParams = None
+parse_model_prompt = None
+
+
+def import_vllm() -> None:
+    global AsyncEngineArgs, AsyncLLM, LoRARequest, SamplingParams, StructuredOutputsParams, parse_model_prompt
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.lora.request import LoRARequest
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    try:  # vLLM >= 0.12: prompts are rendered by the engine's renderer before `generate`
+        from vllm.renderers.inputs.preprocess import parse_model_prompt
+    except ImportError:  # older vLLM: `generate` takes the prompt dict itself
+        parse_model_prompt = None
 
 ENGINE_ARGS_FILENAME = "model.json"
 MULTI_LORA_FILENAME = "multi_lora.json"
@@ -158,7 +168,12 @@ RETURN_FLAGS = (
 # SamplingParams fields whose annotation is exactly one of these are cast with the
 # constructor, so JSON strings such as "0.1" or "100" are accepted (note: bool("false") is
 # True, as in the real backend). Other fields are passed through unchanged.
-_CASTS = {int: int, float: float, bool: bool, str: str, Optional[int]: int}
+_CASTS = ((int, int), (float, float), (bool, bool), (str, str), (Optional[int], int))
+
+
+def _cast_for(annotation):
+    # Compared with == (not a dict lookup): some annotations are not hashable.
+    return next((cast for kind, cast in _CASTS if annotation == kind), None)
 
 
 # --------------------------------------------------------------------------------------
@@ -174,7 +189,7 @@ def sampling_parameters_text(request) -> str:
     return request.parameters()
 
 
-def build_sampling_params(params_json: str) -> tuple[SamplingParams, str | None]:
+def build_sampling_params(params_json: str) -> tuple["SamplingParams", str | None]:
     """Turn the sampling-parameters JSON into vLLM `SamplingParams` and an optional LoRA name.
 
     Unknown keys, bad values and bad structured-output specs raise, which the caller turns
@@ -187,8 +202,8 @@ def build_sampling_params(params_json: str) -> tuple[SamplingParams, str | None]
         if key == "structured_outputs":
             # The value is itself a JSON string, e.g. "{\"json\": {...schema...}}".
             params[key] = StructuredOutputsParams(**json.loads(value))
-        elif key in annotations and annotations[key] in _CASTS:
-            params[key] = _CASTS[annotations[key]](value)
+        elif key in annotations and (cast := _cast_for(annotations[key])) is not None:
+            params[key] = cast(value)
     return SamplingParams(**params), lora_name
 
 
@@ -342,6 +357,7 @@ class TritonPythonModel:
     # ---- lifecycle -----------------------------------------------------------------
 
     def initialize(self, args):
+        import_vllm()
         self.args = args
         self.logger = pb_utils.Logger
         self.model_config = json.loads(args["model_config"])
@@ -463,7 +479,7 @@ class TritonPythonModel:
             self.loop.call_soon_threadsafe(self.loop.stop)
         self.loop_thread.join(timeout=30)
 
-    async def _create_engine(self, engine_args: AsyncEngineArgs) -> AsyncLLM:
+    async def _create_engine(self, engine_args: "AsyncEngineArgs") -> "AsyncLLM":
         # Created on the loop so that AsyncLLM starts its output handler on this loop.
         return AsyncLLM.from_engine_args(engine_args)
 
@@ -519,7 +535,7 @@ class TritonPythonModel:
         request.get_response_sender().send(response, flags=FINAL)
         return True
 
-    def _lora_request(self, lora_name: str | None) -> LoRARequest | None:
+    def _lora_request(self, lora_name: str | None) -> "LoRARequest | None":
         if lora_name is None:
             return None
         lora_id = self.lora_names.index(lora_name) + 1

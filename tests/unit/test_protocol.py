@@ -1,0 +1,83 @@
+"""Request validation: strict types, OpenAI's ranges, errors that name the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tritonchat.errors import BadRequestError
+from tritonchat.protocol import parse_chat_request
+
+
+def body(**fields) -> str:
+    return json.dumps({"messages": [{"role": "user", "content": "hi"}], **fields})
+
+
+def error_for(raw: str) -> BadRequestError:
+    with pytest.raises(BadRequestError) as info:
+        parse_chat_request(raw)
+    return info.value
+
+
+def test_minimal_request():
+    request = parse_chat_request(body())
+    assert request.messages[0].role == "user"
+    assert request.is_stream is False
+    assert request.requested_max_tokens is None
+
+
+def test_max_completion_tokens_wins_over_max_tokens():
+    assert parse_chat_request(body(max_tokens=5, max_completion_tokens=9)).requested_max_tokens == 9
+    assert parse_chat_request(body(max_tokens=5)).requested_max_tokens == 5
+
+
+def test_every_role_and_content_shape():
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "developer", "content": [{"type": "text", "text": "d"}]},
+        {"role": "user", "content": "u", "name": "ann"},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "content": "42", "tool_call_id": "c1"},
+        {"role": "assistant", "content": "done", "reasoning_content": "because"},
+    ]
+    request = parse_chat_request(json.dumps({"messages": messages}))
+    assert [m.role for m in request.messages] == ["system", "developer", "user", "assistant", "tool", "assistant"]
+
+
+def test_unknown_fields_are_ignored():
+    assert parse_chat_request(body(vendor_extra={"a": 1}, another=2)).messages
+
+
+@pytest.mark.parametrize(
+    ("raw", "param", "fragment"),
+    [
+        ("", None, "not valid JSON"),
+        ("null", None, "JSON object"),
+        (json.dumps({"messages": [{"role": "user", "content": "x"}], "temperature": 2.5}), "temperature", "less than or equal to 2"),
+        (body(top_p=1.5), "top_p", "less than or equal to 1"),
+        (body(presence_penalty=-3), "presence_penalty", "greater than or equal to -2"),
+        (body(seed=2**64), "seed", "less than or equal to"),
+        (body(seed="1"), "seed", "valid integer"),
+        (body(max_completion_tokens=1.5), "max_completion_tokens", "valid integer"),
+        (body(stop=["a", 1]), "stop[1]", "valid string"),
+        (body(stop=""), "stop", "empty"),
+        (body(logit_bias={"abc": 1}), "logit_bias", "token ids"),
+        (body(n=0), "n", "greater than or equal to 1"),
+        (body(stream=1), "stream", "valid boolean"),
+        (body(response_format={"type": "json_schema"}), "response_format", "json_schema"),
+        (body(tool_choice="sometimes"), "tool_choice", "sometimes"),
+        (json.dumps({"messages": [{"role": "assistant"}]}), "messages[0]", "content"),
+        (json.dumps({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+         "messages[0].content[0].type", "image_url"),
+        (json.dumps({"messages": [{"content": "x"}]}), "messages[0]", "role"),
+    ],
+)
+def test_errors_name_the_field(raw, param, fragment):
+    error = error_for(raw)
+    assert error.status == 400
+    assert error.param == param
+    if fragment:
+        assert fragment in error.message
+    body = error.to_dict()["error"]
+    assert set(body) == {"message", "type", "param", "code"} and body["type"] == "invalid_request_error"

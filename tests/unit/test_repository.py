@@ -1,0 +1,67 @@
+"""The committed model repository, the runnable-copy command and docker-compose.yml."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import yaml
+
+from tests.harness import ROOT, set_parameter
+from tritonchat.repository import main, parse_engine_arg, prepare_repository
+
+REPO = ROOT / "model_repository"
+
+
+def test_openai_chat_contract():
+    config = (REPO / "openai_chat" / "config.pbtxt").read_text()
+    assert 'backend: "python"' in config
+    assert "max_batch_size: 0" in config
+    assert re.search(r"model_transaction_policy\s*\{\s*decoupled:\s*true\s*\}", config)
+    assert re.search(r'name: "request", data_type: TYPE_STRING, dims: \[ 1 \]', config)
+    assert re.search(r'name: "response", data_type: TYPE_STRING, dims: \[ 1 \]', config)
+    for key in ("target_model", "request_format", "tokenizer", "served_model_name", "default_max_tokens"):
+        assert f'key: "{key}"' in config
+
+
+def test_vllm_model_is_the_vllm_backend():
+    assert 'backend: "vllm"' in (REPO / "vllm_model" / "config.pbtxt").read_text()
+    assert "model" in json.loads((REPO / "vllm_model" / "1" / "model.json").read_text())
+
+
+def test_prepare_repository(tmp_path):
+    dst = prepare_repository(REPO, tmp_path / "r", model="/m/x", served_model_name="x",
+                             engine_args={"dtype": "float32", "max_model_len": 512})
+    args = json.loads((dst / "vllm_model" / "1" / "model.json").read_text())
+    assert args["model"] == "/m/x" and args["served_model_name"] == "x"
+    assert args["dtype"] == "float32" and args["max_model_len"] == 512
+    assert (dst / "openai_chat" / "1" / "model.py").read_text() == (REPO / "openai_chat" / "1" / "model.py").read_text()
+
+
+def test_prepare_repository_command(tmp_path, capsys):
+    main(["--src", str(REPO), "--dst", str(tmp_path / "r"), "--model", "/m", "--engine-arg", "enforce_eager=true"])
+    args = json.loads((tmp_path / "r" / "vllm_model" / "1" / "model.json").read_text())
+    assert args["enforce_eager"] is True and args["model"] == "/m"
+    assert parse_engine_arg("tokenizer_mode=auto") == ("tokenizer_mode", "auto")
+
+
+def test_set_parameter():
+    config = 'parameters { key: "a", value: { string_value: "1" } }\n'
+    assert set_parameter(config, "a", "2") == 'parameters { key: "a", value: { string_value: "2" } }\n'
+    assert 'key: "b"' in set_parameter(config, "b", "3")
+
+
+def test_docker_compose_syntax():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    triton = services["triton"]
+    assert "-vllm-python-py3" in triton["image"]
+    assert "./:/opt/tritonchat:ro" in triton["volumes"]
+    assert any(v.endswith(":/models/hf:ro") for v in triton["volumes"])
+    assert {"8000:8000", "8001:8001", "8002:8002"} <= set(triton["ports"])
+    assert triton["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    script = triton["command"][-1]
+    assert "pip install" in script and "/tmp/tritonchat" in script
+    assert "python3 -m tritonchat.repository --src /tmp/tritonchat/model_repository" in script
+    assert "--model /models/hf" in script
+    assert "tritonserver --model-repository=/tmp/model_repository" in script

@@ -1,0 +1,40 @@
+"""The vLLM backend's tensor interface as `openai_chat` writes and reads it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tritonchat.backends import GenerationRequest, VllmFormat
+
+
+def test_inputs_match_the_vllm_backend_interface():
+    fmt = VllmFormat()
+    request = GenerationRequest(prompt="héllo", prompt_tokens=3, max_tokens=9, stream=True, sampling={"temperature": 0.0})
+    inputs = fmt.inputs(request)
+    assert inputs["text_input"].dtype == np.object_ and inputs["text_input"].shape == (1,)
+    assert inputs["text_input"][0].decode() == "héllo"
+    for name in ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
+                 "return_num_output_tokens"):
+        assert inputs[name].dtype == np.bool_ and inputs[name].shape == (1,) and inputs[name][0]
+    assert json.loads(inputs["sampling_parameters"][0]) == {"max_tokens": 9, "temperature": 0.0}
+    assert fmt.requested_outputs(request) == ["text_output", "finish_reason", "num_input_tokens", "num_output_tokens"]
+
+
+def test_lora_name_travels_in_sampling_parameters():
+    request = GenerationRequest(prompt="p", prompt_tokens=1, max_tokens=1, stream=False, lora_name="sql")
+    assert json.loads(VllmFormat().inputs(request)["sampling_parameters"][0])["lora_name"] == "sql"
+    assert not VllmFormat().inputs(request)["stream"][0]
+
+
+def test_parse_outputs():
+    out = VllmFormat().parse({
+        "text_output": np.array(["wörld".encode()], dtype=np.object_),
+        "finish_reason": np.array([b"None"], dtype=np.object_),
+        "num_input_tokens": np.asarray(12, dtype=np.uint32),  # 0-d, as the backend sends it
+        "num_output_tokens": np.array([2], dtype=np.uint32),
+    })
+    assert (out.text, out.finish_reason, out.prompt_tokens, out.completion_tokens) == ("wörld", None, 12, 2)
+    assert VllmFormat().parse({"finish_reason": np.array([b"length"], dtype=np.object_)}).finish_reason == "length"
+    assert VllmFormat().parse({}).text == ""
