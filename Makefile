@@ -7,14 +7,14 @@ PY := $(VENV)/bin/python
 MODEL ?=
 SERVED_MODEL_NAME ?=
 PYTEST_ARGS ?=
-ENV_STAMP := $(VENV)/.ready-$(shell cat requirements-local.txt pyproject.toml tools/setup_venv.sh | sha1sum | cut -c1-12)
+ENV_STAMP := $(VENV)/.ready-$(shell cat requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh | sha1sum | cut -c1-12)
 TINY_MODEL := build/tiny-chat
 
 .PHONY: setup serve test unit bench clean
 
 setup: $(ENV_STAMP) $(TINY_MODEL)/.complete
 
-$(ENV_STAMP): requirements-local.txt pyproject.toml tools/setup_venv.sh
+$(ENV_STAMP): requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh
 	tools/setup_venv.sh $(VENV) $(PYTHON)
 	rm -f $(VENV)/.ready-* && touch $@
 

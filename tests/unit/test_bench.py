@@ -1,0 +1,134 @@
+"""The pure helpers of tools/bench.py: statistics, event parsing, request bodies, report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from tools import bench
+from tools.bench import RequestResult, paired_comparison, percentile, spread, summarize_run
+
+
+def test_percentile_interpolates_between_ranks():
+    assert percentile([], 50) is None
+    assert percentile([7], 99) == 7
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([4, 1, 3, 2], 0) == 1
+    assert percentile([4, 1, 3, 2], 100) == 4
+    assert percentile(range(101), 99) == 99
+    assert percentile([0, 10], 99) == pytest.approx(9.9)
+    with pytest.raises(ValueError):
+        percentile([1], 101)
+
+
+def test_request_result_latencies():
+    r = RequestResult(start=10.0, end=10.5, text_times=[10.1, 10.2, 10.4], tokens=5)
+    assert r.ttft == pytest.approx(0.1)
+    assert r.gaps == pytest.approx([0.1, 0.2])
+    assert r.tpot == pytest.approx(0.3 / 4)
+    assert RequestResult(start=0, end=1).ttft is None
+    assert RequestResult(start=0, end=1, text_times=[0.5], tokens=3).tpot is None
+
+
+def test_summarize_run_counts_chunks_tokens_and_rates():
+    results = [
+        RequestResult(start=0.0, end=1.0, text_times=[0.1, 0.2, 0.3], tokens=3),
+        RequestResult(start=0.0, end=1.0, text_times=[0.3, 0.5], tokens=3),  # one merged chunk
+    ]
+    m = summarize_run(results, wall_s=2.0)
+    assert (m["requests"], m["chunks"], m["tokens"]) == (2, 5, 6)
+    assert m["chunks_per_s"] == 2.5 and m["tokens_per_s"] == 3.0 and m["requests_per_s"] == 1.0
+    assert m["tokens_per_chunk"] == pytest.approx(1.2)
+    assert m["ttft_p50_ms"] == pytest.approx(200.0)
+    assert m["itl_p50_ms"] == pytest.approx(100.0)  # gaps 0.1, 0.1, 0.2
+    assert m["itl_p99_ms"] == pytest.approx(198.0)
+    assert set(bench.RESULT_KEYS) <= set(m)
+
+
+def test_spread_ignores_missing_values():
+    assert spread([]) is None
+    assert spread([None]) is None
+    assert spread([3, None, 1, 2]) == {"median": 2, "min": 1, "max": 3, "n": 3}
+
+
+def _metrics(**values):
+    base = {key: 1.0 for key in bench.RESULT_KEYS}
+    return {**base, **values}
+
+
+def test_paired_comparison_pairs_runs_by_repeat():
+    raw = [_metrics(chunks_per_s=100, ttft_p50_ms=2.0), _metrics(chunks_per_s=200, ttft_p50_ms=4.0)]
+    chat = [_metrics(chunks_per_s=90, ttft_p50_ms=3.0), _metrics(chunks_per_s=100, ttft_p50_ms=8.0)]
+    cmp = paired_comparison(raw, chat)
+    assert cmp["chunks_per_s_ratio"] == {"median": pytest.approx(0.7), "min": 0.5, "max": 0.9, "n": 2}
+    assert cmp["ttft_p50_ms_diff"]["median"] == pytest.approx(2.5)
+    assert cmp["ttft_p50_ms_ratio"]["max"] == pytest.approx(2.0)
+    missing = paired_comparison([_metrics(itl_p50_ms=None)], [_metrics()])
+    assert missing["itl_p50_ms_diff"] is None
+
+
+def test_parse_raw_event_reads_scalars_and_lists():
+    e = bench.parse_raw_event({"model_name": "m", "text_output": "ab", "num_output_tokens": [2], "num_input_tokens": 7})
+    assert (e.text, e.tokens, e.prompt_tokens) == ("ab", 2, 7)
+    assert bench.parse_raw_event({"text_output": ""}).text == ""
+    with pytest.raises(bench.BenchError, match="boom"):
+        bench.parse_raw_event({"error": "boom"})
+
+
+def test_parse_chat_event_text_and_usage():
+    def event(chunk):
+        return {"model_name": "openai_chat", "response": json.dumps(chunk)}
+
+    role = bench.parse_chat_event(event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
+    assert role.text == "" and role.tokens is None
+    text = bench.parse_chat_event(event({"choices": [{"index": 0, "delta": {"content": "hi"}}], "usage": None}))
+    assert text.text == "hi"
+    usage = bench.parse_chat_event(event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 64}}))
+    assert (usage.text, usage.tokens, usage.prompt_tokens) == ("", 64, 5)
+    with pytest.raises(bench.BenchError):
+        bench.parse_chat_event({"error": "{\"error\": {}}"})
+
+
+def test_bodies_ask_for_the_same_generation():
+    chat = bench.chat_request("hello", 64)
+    assert chat["max_completion_tokens"] == 64 and chat["ignore_eos"] and chat["stream"]
+    raw = bench.raw_body("<prompt>", 64)
+    assert json.loads(raw["sampling_parameters"]) == {"max_tokens": 64, "temperature": 0, "ignore_eos": True}
+    assert raw["stream"] and raw["exclude_input_in_output"] and raw["return_num_output_tokens"]
+    script = bench.scripted_content(8, 2)
+    assert json.loads(script.removeprefix("SCRIPT:")) == {"repeat": {"text": "tok ", "count": 8}, "interval_ms": 2}
+
+
+def test_set_instance_count(tmp_path):
+    config = tmp_path / "config.pbtxt"
+    config.write_text('backend: "python"\n# count: 9 in a comment before\ninstance_group [ { count: 1, kind: KIND_CPU } ]\n')
+    bench.set_instance_count(config, 3)
+    assert "instance_group [ { count: 3, kind: KIND_CPU } ]" in config.read_text()
+    assert "count: 9 in a comment" in config.read_text()
+
+
+def test_report_has_ratio_rows_and_targets():
+    args = argparse.Namespace(
+        paths=["scripted"], concurrency=[1, 16], max_tokens=64, repeats=2, scripted_interval_ms=2.0,
+        chat_scripted_model="chat_scripted", raw_scripted_model="scripted_vllm",
+    )
+    runs = []
+    for concurrency in (1, 16):
+        for repeat in range(2):
+            for side, rate, ttft in (("raw", 1000.0, 2.0), ("chat", 900.0, 4.0)):
+                runs.append({
+                    "pair": "scripted", "side": side, "concurrency": concurrency, "repeat": repeat,
+                    "metrics": _metrics(chunks_per_s=rate, ttft_p50_ms=ttft, tokens=640),
+                    "client_cpu_s": 0.1, "server_cpu_s": {"chat_scripted": 0.2} if side == "chat" else {},
+                })
+    summary = bench.summarize(runs, args)
+    checks = bench.check_targets(summary)
+    assert [(c["what"], c["ok"]) for c in checks] == [
+        ("added TTFT p50 at concurrency 1 <= 3 ms", True),
+        ("chunks/s chat/raw at concurrency 16 >= 0.8", True),
+    ]
+    report = bench.markdown_report(summary, checks, args)
+    assert "| 16 | **chat/raw** |" in report and "0.90x" in report and "+2.00 (2.00x)" in report
+    assert "chat_scripted" in report and "PASS" in report
