@@ -23,9 +23,22 @@ Streaming sends one response per engine output with *delta* text, delta logprobs
 delta token counts; the FINAL flag rides on the last data response. Non-streaming sends
 exactly one response (prompt + completion unless `exclude_input_in_output` is true).
 
-Not provided (see the notes next to the code): the `image` input (multimodal prompts),
-the `embedding_request` input (reserved for Triton's OpenAI frontend) and the
-`REPORT_CUSTOM_METRICS` vLLM metrics bridge.
+Errors end the request with one response: `text_output=["N/A"]` and
+`TritonError("Error generating stream: <exception>")` (INTERNAL); LoRA problems answer with
+their message in both. A cancelled stream ends with a CANCELLED error response; every
+cancellation also aborts the request in the engine.
+
+Differences from the real backend:
+- Not provided: the `image` input (multimodal prompts), the `embedding_request` input
+  (reserved for Triton's OpenAI frontend), the `REPORT_CUSTOM_METRICS` metrics bridge and
+  the `GPU_DEVICE_IDS` parameter. `ENABLE_VLLM_HEALTH_CHECK` is implemented.
+- Invalid sampling parameters report their actual cause (see `build_sampling_params`).
+- All responses go through the response thread, also the non-streaming and error ones
+  (the real backend sends those from the event loop); the order per request is the same.
+
+Process-level details that make vLLM work inside a Python backend stub (UTF-8 locale,
+`spawn` for the engine processes, a lazy vLLM import, GC freezing) are explained where
+they are done.
 """
 
 import locale
@@ -131,6 +144,7 @@ def import_vllm() -> None:
     except ImportError:  # older vLLM: `generate` takes the prompt dict itself
         parse_model_prompt = None
 
+
 ENGINE_ARGS_FILENAME = "model.json"
 MULTI_LORA_FILENAME = "multi_lora.json"
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -192,8 +206,10 @@ def sampling_parameters_text(request) -> str:
 def build_sampling_params(params_json: str) -> tuple["SamplingParams", str | None]:
     """Turn the sampling-parameters JSON into vLLM `SamplingParams` and an optional LoRA name.
 
-    Unknown keys, bad values and bad structured-output specs raise, which the caller turns
-    into an "Error generating stream: ..." response.
+    Unknown keys, bad values and bad structured-output specs raise, and the caller answers
+    "Error generating stream: <the exception>". (The real backend logs the exception, returns
+    None and then fails on `None.lora_name`, so its message is always "Error generating
+    stream: 'NoneType' object has no attribute 'lora_name'"; the cause is more useful.)
     """
     params: dict[str, Any] = json.loads(params_json)
     lora_name = params.pop("lora_name", None)
@@ -322,6 +338,12 @@ class ResponseBuilder:
         return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
+def _freeze_gc_heap() -> None:
+    """Collect, then move every surviving object out of the garbage collector's view."""
+    gc.collect()
+    gc.freeze()
+
+
 @dataclasses.dataclass
 class SenderState:
     """One request's response sender, shared by its asyncio task and the response thread."""
@@ -398,6 +420,8 @@ class TritonPythonModel:
         self.responses: queue.Queue = queue.Queue()
         self.response_thread = threading.Thread(target=self._response_loop, name="vllm-responses", daemon=True)
         self.response_thread.start()
+        # Like vLLM's own API server: keep the startup heap out of later GC passes.
+        _freeze_gc_heap()
         self.logger.log_info("[vllm] Engine started")
 
     def finalize(self):
@@ -413,7 +437,11 @@ class TritonPythonModel:
         self.response_thread.join(timeout=30)
         self.cancel_check_pool.shutdown(wait=False, cancel_futures=True)
         self.engine = None
-        gc.collect()
+        # The stub process exits right after this. Freezing what is left keeps the
+        # interpreter's teardown from running full garbage-collector passes over the
+        # torch/vLLM object graph (~3 s of every unload here). Side effect: nanobind may
+        # print "leaked instances" notes for objects that are then never collected.
+        _freeze_gc_heap()
         self.logger.log_info("[vllm] Shutdown complete")
 
     def _read_engine_config(self) -> dict:
