@@ -34,14 +34,15 @@ def test_request_result_latencies():
 
 def test_summarize_run_counts_chunks_tokens_and_rates():
     results = [
-        RequestResult(start=0.0, end=1.0, text_times=[0.1, 0.2, 0.3], tokens=3),
-        RequestResult(start=0.0, end=1.0, text_times=[0.3, 0.5], tokens=3),  # one merged chunk
+        RequestResult(start=0.0, end=1.0, first_event=0.05, text_times=[0.1, 0.2, 0.3], tokens=3),
+        RequestResult(start=0.0, end=1.0, first_event=0.05, text_times=[0.3, 0.5], tokens=3),  # one merged chunk
     ]
     m = summarize_run(results, wall_s=2.0)
     assert (m["requests"], m["chunks"], m["tokens"]) == (2, 5, 6)
     assert m["chunks_per_s"] == 2.5 and m["tokens_per_s"] == 3.0 and m["requests_per_s"] == 1.0
     assert m["tokens_per_chunk"] == pytest.approx(1.2)
     assert m["ttft_p50_ms"] == pytest.approx(200.0)
+    assert m["first_event_p50_ms"] == pytest.approx(50.0)  # e.g. the chat role chunk, before any text
     assert m["itl_p50_ms"] == pytest.approx(100.0)  # gaps 0.1, 0.1, 0.2
     assert m["itl_p99_ms"] == pytest.approx(198.0)
     assert set(bench.RESULT_KEYS) <= set(m)
@@ -132,3 +133,9 @@ def test_report_has_ratio_rows_and_targets():
     report = bench.markdown_report(summary, checks, args)
     assert "| 16 | **chat/raw** |" in report and "0.90x" in report and "+2.00 (2.00x)" in report
     assert "chat_scripted" in report and "PASS" in report
+
+
+def test_run_line_tolerates_missing_figures():
+    run = {"metrics": {**_metrics(itl_p50_ms=None), "wall_s": 2.0}, "other_processes_cores": 0.25}
+    line = bench.run_line(run)
+    assert "ITL p50 - ms" in line and "(other processes: 0.25 cores)" in line
