@@ -4,7 +4,8 @@ Its repository holds:
 - `openai_chat` exactly as committed, calling `vllm_model`: the tiny chat model on the
   local vLLM backend (real vLLM engine on the CPU);
 - `chat_scripted`: the same `openai_chat` code calling `scripted_vllm`, a model with the
-  vLLM backend's interface whose output each test scripts through the prompt.
+  vLLM backend's interface whose output each test scripts through the prompt;
+- `openai_chat_bls` and `chat_scripted_bls`: the same two over the BLS transport.
 """
 
 from __future__ import annotations
@@ -30,20 +31,23 @@ def tiny_model() -> Path:
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory, tiny_model) -> TritonServer:
     repo = tmp_path_factory.mktemp("model_repository")
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    grpc_url = f"127.0.0.1:{grpc_port}"
     add_test_model(repo, "scripted_vllm")
-    add_chat_model(
-        repo,
-        "chat_scripted",
+    scripted = dict(
         target_model="scripted_vllm",
         tokenizer=str(tiny_model),
         served_model_name="scripted",
         idle_timeout_s="3",
         cancel_check_interval_ms="50",
     )
+    add_chat_model(repo, "chat_scripted", grpc_url=grpc_url, **scripted)
+    add_chat_model(repo, "chat_scripted_bls", transport="bls", **scripted)
     add_vllm_model(repo, "vllm_model", tiny_model)
-    add_chat_model(repo, "openai_chat")
+    add_chat_model(repo, "openai_chat", grpc_url=grpc_url)
+    add_chat_model(repo, "openai_chat_bls", transport="bls")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"
-    server = TritonServer(repo, free_port(), free_port(), free_port(), log_path=log)
+    server = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log)
     server.start()
     try:
         server.wait_ready(timeout=300)
@@ -53,14 +57,24 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         print(f"\ntritonserver log: {log}")
 
 
-@pytest.fixture
-def scripted(triton) -> ChatClient:
-    return ChatClient(triton.http_url, "chat_scripted")
+TRANSPORTS = {"grpc": "", "bls": "_bls"}
+
+
+@pytest.fixture(params=list(TRANSPORTS))
+def transport(request) -> str:
+    return request.param
 
 
 @pytest.fixture
-def tiny(triton) -> ChatClient:
-    return ChatClient(triton.http_url, "openai_chat")
+def scripted(triton, transport) -> ChatClient:
+    """`openai_chat` in front of the scripted model, over each transport."""
+    return ChatClient(triton.http_url, "chat_scripted" + TRANSPORTS[transport])
+
+
+@pytest.fixture
+def tiny(triton, transport) -> ChatClient:
+    """`openai_chat` in front of the tiny model on vLLM, over each transport."""
+    return ChatClient(triton.http_url, "openai_chat" + TRANSPORTS[transport])
 
 
 @pytest.fixture

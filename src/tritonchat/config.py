@@ -16,6 +16,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 REQUEST_FORMATS = ("vllm",)
+TRANSPORTS = ("grpc", "bls")
 
 
 class ConfigError(ValueError):
@@ -27,6 +28,8 @@ class Settings:
     target_model: str = "vllm_model"
     target_model_version: int = -1
     request_format: str = "vllm"
+    transport: str = "grpc"
+    grpc_url: str = "localhost:8001"
     tokenizer: str = ""
     served_model_name: str = ""
     max_model_len: int = 0
@@ -58,6 +61,8 @@ class Settings:
             raise ConfigError(
                 f"parameter 'request_format' must be one of {', '.join(REQUEST_FORMATS)}; got {settings.request_format!r}"
             )
+        if settings.transport not in TRANSPORTS:
+            raise ConfigError(f"parameter 'transport' must be one of {', '.join(TRANSPORTS)}; got {settings.transport!r}")
         if settings.chat_template_content_format not in ("auto", "string", "openai"):
             raise ConfigError("parameter 'chat_template_content_format' must be auto, string or openai")
         return settings._resolve(Path(model_repository) if model_repository else None)

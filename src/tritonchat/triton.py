@@ -1,9 +1,10 @@
 """The `openai_chat` Triton model: the only module that talks to `triton_python_backend_utils`.
 
 Flow per request, all on the stub's event loop except where noted:
-JSON body -> validated request -> prompt (rendered in a worker thread) -> BLS request to
-the generation model (`async_exec(decoupled=True)`) -> `ResponsePump` (reader and writer
-threads) -> OpenAI JSON responses. `execute` only schedules that work and returns, so one
+JSON body -> validated request -> prompt (rendered in a worker thread) -> streaming call
+to the generation model (BLS `async_exec(decoupled=True)` read by one thread per stream,
+or a gRPC call read by a coroutine) -> `Responder` thread (chunks, sends, cancellation)
+-> OpenAI JSON responses. `execute` only schedules that work and returns, so one
 instance serves many streams at once.
 """
 
@@ -15,6 +16,7 @@ import json
 import locale
 import logging
 import os
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +37,8 @@ from .errors import (
 )
 from .generation import Limits, plan_generation, refuse_unsupported
 from .protocol import parse_chat_request
-from .pump import ResponsePump
+from .grpc_transport import GrpcTransport
+from .responder import RequestState, Responder
 from .stream import ChatResponseBuilder
 from .template import PromptRenderer, load_tokenizer
 
@@ -112,26 +115,42 @@ class TritonSink:
         return self._request.is_cancelled()
 
 
-class BlsGeneration:
-    """One BLS response stream from the generation model, as `GenerationOutput`s."""
-
-    def __init__(self, iterator, request_format: RequestFormat):
-        self._iterator = iterator
-        self._format = request_format
-
-    def __iter__(self):
-        for response in self._iterator:
+def read_bls(responder: Responder, state: RequestState, index: int, iterator, request_format: RequestFormat) -> None:
+    """Thread body: one BLS response stream, handed to the responder response by response."""
+    try:
+        for response in iterator:
+            if state.done:
+                break
             if response.has_error():
                 raise error_from_backend(response.error())
             tensors = response.output_tensors()
-            if not tensors:  # a flag-only FINAL from the generation model
-                continue
-            yield self._format.parse({t.name(): t.as_numpy() for t in tensors})
+            if tensors:  # (a flag-only FINAL from the generation model has none)
+                responder.output(state, index, request_format.parse({t.name(): t.as_numpy() for t in tensors}))
+        else:
+            responder.end(state, index)
+    except OpenAIError as error:
+        responder.fail(state, error)
+    except Exception as exc:  # noqa: BLE001  (every failure must end the request)
+        log.exception("%s: BLS stream %d failed", state.name, index)
+        responder.fail(state, InternalError(f"The generation stream failed: {exc}"))
 
-    def cancel(self) -> None:
-        cancel = getattr(self._iterator, "cancel", None)  # Triton 25.04 and later
-        if cancel is not None:
-            cancel()
+
+async def read_grpc(responder: Responder, state: RequestState, index: int, transport: GrpcTransport, call,
+                    request_format: RequestFormat) -> None:
+    """Coroutine: one gRPC response stream, handed to the responder response by response."""
+    try:
+        async for outputs, _final in transport.responses(call):
+            if state.done:
+                call.cancel()
+                return
+            if outputs:
+                responder.output(state, index, request_format.parse(outputs))
+        responder.end(state, index)
+    except OpenAIError as error:
+        responder.fail(state, error)
+    except Exception as exc:  # noqa: BLE001
+        log.exception("%s: gRPC stream %d failed", state.name, index)
+        responder.fail(state, InternalError(f"The generation stream failed: {exc}"))
 
 
 class OpenAIChatModel:
@@ -160,12 +179,15 @@ class OpenAIChatModel:
         self.system_fingerprint = "fp_" + hashlib.sha256(fingerprint_source.encode()).hexdigest()[:10]
         self._render_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-render")
         self._tasks: set[asyncio.Task] = set()
-        self._pumps: set[ResponsePump] = set()
+        self.responder = Responder(self.settings.cancel_check_interval_ms / 1000.0, self.settings.idle_timeout_s)
+        self.grpc = GrpcTransport(self.settings.grpc_url) if self.settings.transport == "grpc" else None
+        self._loop_ready = False
         log.info(
-            "openai_chat ready: serves %r via %s model %r (context %d tokens, tokenizer %s, content format %s)",
+            "openai_chat ready: serves %r via %s model %r over %s (context %d tokens, tokenizer %s, content format %s)",
             self.settings.served_model_name,
             self.settings.request_format,
             self.settings.target_model,
+            self.settings.transport if self.settings.transport == "bls" else f"gRPC at {self.settings.grpc_url}",
             self.limits.context_length,
             self.settings.tokenizer,
             self.renderer.content_format,
@@ -173,6 +195,11 @@ class OpenAIChatModel:
 
     async def execute(self, requests):
         loop = asyncio.get_running_loop()
+        if not self._loop_ready:
+            # `async_exec` runs each BLS call in the loop's default executor and holds a
+            # worker until the first response: size it for the streams we serve at once.
+            loop.set_default_executor(ThreadPoolExecutor(max_workers=256, thread_name_prefix="chat-bls"))
+            self._loop_ready = True
         for request in requests:
             task = loop.create_task(self._handle(request))
             self._tasks.add(task)
@@ -219,24 +246,43 @@ class OpenAIChatModel:
             prompt_tokens=prompt.num_tokens,
             include_usage=bool(chat.stream_options and chat.stream_options.include_usage),
         )
-        iterator = await self._bls(generation).async_exec(decoupled=True)
-        pump = ResponsePump(
+        state = RequestState(
             builder,
-            [BlsGeneration(iterator, self.request_format)],
             sink,
             stream=chat.is_stream,
-            cancel_check_interval=self.settings.cancel_check_interval_ms / 1000.0,
-            idle_timeout=self.settings.idle_timeout_s,
             require_finish_reason=self.request_format.reports_finish_reason,
         )
-        self._pumps.add(pump)
-        pump.on_done = lambda: self._pumps.discard(pump)
-        pump.start()
+        fmt = self.request_format
+        if self.grpc is not None:
+            call = self.grpc.open(
+                self.grpc.request(
+                    self.settings.target_model,
+                    self.settings.target_model_version,
+                    fmt.inputs(generation),
+                    fmt.requested_outputs(generation),
+                    request_id,
+                )
+            )
+            state.add_cancel_hook(lambda: loop.call_soon_threadsafe(call.cancel))
+            self.responder.start(state)
+            task = loop.create_task(read_grpc(self.responder, state, 0, self.grpc, call, fmt))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        iterator = await self._bls(generation, request_id).async_exec(decoupled=True)
+        cancel = getattr(iterator, "cancel", None)  # Triton 25.04 and later
+        if cancel is not None:
+            state.add_cancel_hook(cancel)
+        self.responder.start(state)
+        threading.Thread(
+            target=read_bls, args=(self.responder, state, 0, iterator, fmt), daemon=True, name="chat-bls-read"
+        ).start()
 
-    def _bls(self, generation: GenerationRequest):
+    def _bls(self, generation: GenerationRequest, request_id: str):
         pb = _pb()
         fmt = self.request_format
         return pb.InferenceRequest(
+            request_id=request_id,
             model_name=self.settings.target_model,
             model_version=self.settings.target_model_version,
             inputs=[pb.Tensor(name, value) for name, value in fmt.inputs(generation).items()],
@@ -244,8 +290,9 @@ class OpenAIChatModel:
         )
 
     def finalize(self) -> None:
+        self.responder.stop()
         self._render_pool.shutdown(wait=False, cancel_futures=True)
-        log.info("openai_chat finalized (%d streams still open)", len(self._pumps))
+        log.info("openai_chat finalized (%d requests still open)", self.responder.open_requests)
 
 
 def _context_length(tokenizer_path: str, tokenizer) -> int:

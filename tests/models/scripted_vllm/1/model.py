@@ -129,6 +129,7 @@ class TritonPythonModel:
                 while time.monotonic() < until and not request.is_cancelled():
                     time.sleep(0.05)
             if request.is_cancelled():
+                pb_utils.Logger.log_info(f"scripted_vllm: request {request.request_id()!r} cancelled after {i} chunks")
                 sender.send(pb_utils.InferenceResponse(
                     output_tensors=[], error=pb_utils.TritonError("Request was cancelled", pb_utils.TritonError.CANCELLED)),
                     flags=FINAL)

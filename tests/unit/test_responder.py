@@ -1,4 +1,4 @@
-"""ResponsePump: reader/writer threads, coalescing, cancellation, timeouts, exactly one FINAL."""
+"""Responder: building and sending, merging, cancellation, timeouts, exactly one FINAL."""
 
 from __future__ import annotations
 
@@ -6,11 +6,9 @@ import json
 import threading
 import time
 
-import pytest
-
 from tritonchat.backends import GenerationOutput
 from tritonchat.errors import CancelledError, InternalError, OpenAIError, UnavailableError
-from tritonchat.pump import ResponsePump
+from tritonchat.responder import RequestState, Responder
 from tritonchat.stream import ChatResponseBuilder
 
 
@@ -43,31 +41,38 @@ class FakeSink:
 
 
 class FakeGeneration:
-    def __init__(self, outputs, delay: float = 0.0, fail_with: BaseException | None = None, block: bool = False):
+    """A producer thread feeding the responder, like a BLS reader."""
+
+    def __init__(self, outputs, delay: float = 0.0, fail_with: OpenAIError | None = None, block: bool = False):
         self.outputs = outputs
         self.delay = delay
         self.fail_with = fail_with
         self.block = block
         self.cancelled = threading.Event()
 
-    def __iter__(self):
+    def start(self, responder: Responder, state: RequestState, index: int) -> None:
+        state.add_cancel_hook(self.cancelled.set)
+        threading.Thread(target=self._run, args=(responder, state, index), daemon=True).start()
+
+    def _run(self, responder, state, index):
         for output in self.outputs:
-            if self.cancelled.is_set():
+            if self.cancelled.is_set() or state.done:
                 return
             time.sleep(self.delay)
-            yield output
+            responder.output(state, index, output)
         if self.fail_with:
-            raise self.fail_with
+            responder.fail(state, self.fail_with)
+            return
         if self.block:
             self.cancelled.wait(10)
-
-    def cancel(self) -> None:
-        self.cancelled.set()
+            return
+        responder.end(state, index)
 
 
 def outputs(*texts, reason="stop"):
     items = [GenerationOutput(text=t, completion_tokens=1, prompt_tokens=5) for t in texts]
-    items[-1].finish_reason = reason
+    if items:
+        items[-1].finish_reason = reason
     return items
 
 
@@ -75,9 +80,16 @@ def builder(**kw) -> ChatResponseBuilder:
     return ChatResponseBuilder(completion_id="chatcmpl-t", created=1, model="m", system_fingerprint="fp", **kw)
 
 
-def run(pump: ResponsePump, sink: FakeSink, timeout: float = 10) -> None:
-    pump.start()
-    assert sink.done.wait(timeout), "the pump never sent FINAL"
+def run(generations, sink: FakeSink, *, stream=True, responder: Responder | None = None, timeout=10, **state_kw):
+    responder = responder or Responder(cancel_check_interval=0.05)
+    state = RequestState(builder(choices=len(generations)), sink, stream=stream, choices=len(generations), **state_kw)
+    responder.start(state)
+    for index, generation in enumerate(generations):
+        generation.start(responder, state, index)
+    assert sink.done.wait(timeout), "the responder never sent FINAL"
+    assert state.finished.wait(2)
+    responder.stop()
+    return state
 
 
 def content(payloads) -> str:
@@ -86,66 +98,97 @@ def content(payloads) -> str:
 
 def test_stream_sends_chunks_and_one_final():
     sink = FakeSink()
-    pump = ResponsePump(builder(), [FakeGeneration(outputs("a", "b", "c"), delay=0.01)], sink, stream=True)
-    run(pump, sink)
+    state = run([FakeGeneration(outputs("a", "b", "c"), delay=0.01)], sink)
     assert content(sink.payloads) == "abc"
     assert [final for _, final in sink.sent] == [False] * (len(sink.sent) - 1) + [True]
     assert sink.payloads[-1]["choices"][0]["finish_reason"] == "stop"
-    assert pump.outcome == "completed"
+    assert state.outcome == "completed"
 
 
 def test_non_stream_sends_exactly_one_final_completion():
     sink = FakeSink()
-    run(ResponsePump(builder(), [FakeGeneration(outputs("a", "b"))], sink, stream=False), sink)
+    run([FakeGeneration(outputs("a", "b"))], sink, stream=False)
     assert len(sink.sent) == 1 and sink.sent[0][1] is True
     completion = sink.payloads[0]
     assert completion["choices"][0]["message"]["content"] == "ab"
     assert completion["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
 
 
-def test_waiting_outputs_are_merged_when_the_sender_is_slow():
+def test_outputs_waiting_behind_a_slow_send_are_merged():
     sink = FakeSink(send_delay=0.05)
     texts = [f"{i}," for i in range(40)]
-    run(ResponsePump(builder(), [FakeGeneration(outputs(*texts), delay=0.002)], sink, stream=True), sink)
+    run([FakeGeneration(outputs(*texts), delay=0.002)], sink)
     assert content(sink.payloads) == "".join(texts)
-    assert len(sink.sent) < 20, "outputs that arrived while a send was in progress were merged"
+    assert len(sink.sent) < 20, "outputs that arrived during a send went out together"
+
+
+def test_choices_stream_concurrently_and_the_last_one_sends_final():
+    sink = FakeSink()
+    generations = [FakeGeneration(outputs(*[f"{i}{k}" for k in range(5)]), delay=0.002 * (i + 1)) for i in range(3)]
+    run(generations, sink)
+    for i in range(3):
+        text = "".join(c["choices"][0]["delta"].get("content", "") for c in sink.payloads if c["choices"][0]["index"] == i)
+        assert text == "".join(f"{i}{k}" for k in range(5))
+    finishing = [c for c in sink.payloads if c["choices"][0]["finish_reason"]]
+    assert sorted(c["choices"][0]["index"] for c in finishing) == [0, 1, 2]
+    assert [final for _, final in sink.sent].count(True) == 1 and sink.sent[-1][1]
 
 
 def test_generation_error_mid_stream_ends_with_that_error():
     sink = FakeSink()
     failing = FakeGeneration(outputs("a", "b"), delay=0.01, fail_with=InternalError("engine died"))
-    failing.outputs[-1].finish_reason = None
-    pump = ResponsePump(builder(), [failing], sink, stream=True)
-    run(pump, sink)
+    state = run([failing], sink)
     assert content(sink.payloads) == "ab"
     assert not any(final for _, final in sink.sent)
     assert [e.message for e in sink.errors] == ["engine died"]
-    assert pump.outcome == "error"
-
-
-def test_unexpected_exception_in_generation_becomes_internal_error():
-    sink = FakeSink()
-    run(ResponsePump(builder(), [FakeGeneration([], fail_with=RuntimeError("boom"))], sink, stream=True), sink)
-    assert isinstance(sink.errors[0], InternalError) and "boom" in sink.errors[0].message
+    assert state.outcome == "error"
 
 
 def test_client_cancellation_stops_generation_and_sends_final():
     sink = FakeSink(cancel_after_sends=3)
     generation = FakeGeneration(outputs(*["x"] * 1000), delay=0.005)
-    pump = ResponsePump(builder(), [generation], sink, stream=True, cancel_check_interval=0.01)
-    run(pump, sink)
-    assert pump.outcome == "cancelled"
+    state = run([generation], sink, responder=Responder(cancel_check_interval=0.01))
+    assert state.outcome == "cancelled"
     assert isinstance(sink.errors[0], CancelledError)
     assert generation.cancelled.is_set()
     assert len(sink.sent) < 50
 
 
+def test_cancellation_while_waiting_for_the_generation_model():
+    class CancelledSink(FakeSink):
+        def is_cancelled(self):
+            return True
+
+    sink = CancelledSink()
+    generation = FakeGeneration(outputs("a", reason=None), block=True)
+    state = run([generation], sink, responder=Responder(cancel_check_interval=0.02))
+    assert state.outcome == "cancelled" and isinstance(sink.errors[0], CancelledError)
+    assert generation.cancelled.is_set()
+
+
+def test_no_cancellation_check_after_final():
+    class StrictSink(FakeSink):
+        def is_cancelled(self):
+            assert not self.done.is_set(), "asked about cancellation after FINAL"
+            return False
+
+    sink = StrictSink()
+    responder = Responder(cancel_check_interval=0.0)
+    for _ in range(20):
+        sink = StrictSink()
+        state = RequestState(builder(), sink, stream=True)
+        responder.start(state)
+        FakeGeneration(outputs("a", "b")).start(responder, state, 0)
+        assert sink.done.wait(5)
+    time.sleep(0.05)
+    responder.stop()
+
+
 def test_silent_generation_times_out():
     sink = FakeSink()
     generation = FakeGeneration(outputs("a", reason=None), block=True)
-    pump = ResponsePump(builder(), [generation], sink, stream=True, cancel_check_interval=0.02, idle_timeout=0.3)
     started = time.monotonic()
-    run(pump, sink)
+    run([generation], sink, responder=Responder(cancel_check_interval=0.02, idle_timeout=0.3))
     assert 0.25 < time.monotonic() - started < 3
     assert isinstance(sink.errors[0], UnavailableError)
     assert generation.cancelled.is_set()
@@ -153,14 +196,13 @@ def test_silent_generation_times_out():
 
 def test_stream_that_ends_without_finish_reason_is_an_error():
     sink = FakeSink()
-    generation = FakeGeneration(outputs("a", reason=None))
-    run(ResponsePump(builder(), [generation], sink, stream=True, require_finish_reason=True), sink)
+    run([FakeGeneration(outputs("a", reason=None))], sink, require_finish_reason=True)
     assert isinstance(sink.errors[0], InternalError)
 
 
 def test_empty_generation_still_has_role_and_finish_chunks():
     sink = FakeSink()
-    run(ResponsePump(builder(), [FakeGeneration([])], sink, stream=True), sink)
+    run([FakeGeneration([])], sink)
     deltas = [c["choices"][0]["delta"] for c in sink.payloads]
     assert deltas == [{"role": "assistant", "content": ""}, {}]
     assert sink.sent[-1][1] is True
@@ -168,22 +210,22 @@ def test_empty_generation_still_has_role_and_finish_chunks():
 
 def test_usage_chunk_is_final_when_requested():
     sink = FakeSink()
-    run(ResponsePump(builder(include_usage=True), [FakeGeneration(outputs("a", "b"))], sink, stream=True), sink)
+    responder = Responder()
+    state = RequestState(builder(include_usage=True), sink, stream=True)
+    responder.start(state)
+    FakeGeneration(outputs("a", "b")).start(responder, state, 0)
+    assert sink.done.wait(5)
     last = sink.payloads[-1]
     assert last["choices"] == [] and last["usage"]["completion_tokens"] == 2
     assert sink.sent[-1][1] is True
+    responder.stop()
 
 
-@pytest.mark.parametrize("failure", ["send", "builder"])
-def test_failure_while_sending_still_ends_the_request(failure):
+def test_failure_while_sending_still_ends_the_request():
     class BrokenSink(FakeSink):
         def send(self, payload, final):
             raise RuntimeError("sender broke")
 
-    sink = BrokenSink() if failure == "send" else FakeSink()
-    b = builder()
-    if failure == "builder":
-        b.stream_output = lambda *a: (_ for _ in ()).throw(ValueError("bad"))
-    pump = ResponsePump(b, [FakeGeneration(outputs("a"))], sink, stream=True)
-    run(pump, sink)
-    assert pump.outcome == "error" and isinstance(sink.errors[0], InternalError)
+    sink = BrokenSink()
+    state = run([FakeGeneration(outputs("a"))], sink)
+    assert state.outcome == "error" and isinstance(sink.errors[0], InternalError)

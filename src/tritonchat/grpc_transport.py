@@ -1,0 +1,140 @@
+"""Streaming calls to the generation model through the server's own gRPC endpoint.
+
+The alternative to BLS (`transport: grpc`): `openai_chat` opens one `ModelStreamInfer`
+call per choice on the Triton server it runs in, from the stub's event loop, with no
+thread per stream. Cancelling the call cancels the generation on any Triton release, and
+errors the generation model sends mid-stream arrive as errors (with their status code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+from .errors import BadRequestError, CancelledError, InternalError, OpenAIError, UnavailableError
+
+log = logging.getLogger(__name__)
+
+_DATATYPES = {
+    np.dtype(np.bool_): "BOOL",
+    np.dtype(np.int32): "INT32",
+    np.dtype(np.int64): "INT64",
+    np.dtype(np.uint32): "UINT32",
+    np.dtype(np.uint64): "UINT64",
+    np.dtype(np.float32): "FP32",
+    np.dtype(np.float64): "FP64",
+}
+_NUMPY = {name: dtype for dtype, name in _DATATYPES.items()}
+
+
+def encode_tensor(value: np.ndarray) -> tuple[str, bytes]:
+    """(Triton datatype, raw bytes) of an input tensor; strings are length-prefixed."""
+    if value.dtype == np.object_:
+        parts = []
+        for item in value.reshape(-1):
+            data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+            parts.append(struct.pack("<I", len(data)) + data)
+        return "BYTES", b"".join(parts)
+    return _DATATYPES[value.dtype], np.ascontiguousarray(value).tobytes()
+
+
+def decode_tensor(datatype: str, shape: list[int], raw: bytes) -> np.ndarray:
+    if datatype == "BYTES":
+        items, offset = [], 0
+        while offset < len(raw):
+            (length,) = struct.unpack_from("<I", raw, offset)
+            offset += 4
+            items.append(raw[offset : offset + length])
+            offset += length
+        return np.array(items, dtype=np.object_).reshape(shape)
+    return np.frombuffer(raw, dtype=_NUMPY[datatype]).reshape(shape)
+
+
+def error_from_status(code_name: str, details: str) -> OpenAIError:
+    message = f"The generation model failed: {details}"
+    if code_name == "CANCELLED":
+        return CancelledError(f"The generation was cancelled: {details}")
+    if code_name in ("UNAVAILABLE", "NOT_FOUND", "DEADLINE_EXCEEDED"):
+        return UnavailableError(f"The generation model is unavailable: {details}")
+    if code_name == "INVALID_ARGUMENT":
+        return BadRequestError(message)
+    return InternalError(message)
+
+
+class GrpcTransport:
+    """One gRPC channel per model instance, created lazily on the event loop."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self._stub = None
+        self._channel = None
+
+    def _ensure_stub(self):
+        if self._stub is None:
+            import grpc  # noqa: PLC0415  (only with this transport)
+            from tritonclient.grpc import service_pb2_grpc  # noqa: PLC0415
+
+            self._channel = grpc.aio.insecure_channel(
+                self.url,
+                options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+            )
+            self._stub = service_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        return self._stub
+
+    def request(self, model: str, version: int, inputs: dict[str, np.ndarray], outputs: list[str], request_id: str):
+        from tritonclient.grpc import service_pb2  # noqa: PLC0415
+
+        request = service_pb2.ModelInferRequest(model_name=model, id=request_id)
+        if version > 0:
+            request.model_version = str(version)
+        for name, value in inputs.items():
+            datatype, raw = encode_tensor(value)
+            request.inputs.append(
+                service_pb2.ModelInferRequest.InferInputTensor(name=name, datatype=datatype, shape=list(value.shape))
+            )
+            request.raw_input_contents.append(raw)
+        for name in outputs:
+            request.outputs.append(service_pb2.ModelInferRequest.InferRequestedOutputTensor(name=name))
+        # Also forward a flag-only FINAL as an empty response, so the end is always seen.
+        request.parameters["triton_enable_empty_final_response"].bool_param = True
+        return request
+
+    def open(self, request):
+        """Start the call; returns it (an async iterator of responses with `cancel()`)."""
+        stub = self._ensure_stub()
+
+        async def requests():
+            yield request
+
+        # With this header a failing request ends the call with its real status code.
+        return stub.ModelStreamInfer(requests(), metadata=(("triton_grpc_error", "true"),))
+
+    async def responses(self, call) -> AsyncIterator[tuple[dict[str, np.ndarray], bool]]:
+        """(outputs by name, is final) for each response of the call; errors become OpenAIError."""
+        import grpc  # noqa: PLC0415
+
+        try:
+            async for message in call:
+                if message.error_message:
+                    raise InternalError(f"The generation model failed: {message.error_message}")
+                response = message.infer_response
+                outputs = {
+                    tensor.name: decode_tensor(tensor.datatype, list(tensor.shape), raw)
+                    for tensor, raw in zip(response.outputs, response.raw_output_contents)
+                }
+                final = response.parameters["triton_final_response"].bool_param
+                yield outputs, final
+                if final:
+                    return
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_status(exc.code().name, exc.details() or str(exc)) from None
+        except asyncio.CancelledError:
+            raise CancelledError("The generation was cancelled.") from None
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()

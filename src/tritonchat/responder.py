@@ -1,0 +1,254 @@
+"""Turns generation outputs into OpenAI payloads and sends them, on one thread per model instance.
+
+Producers (one per choice: a BLS reader thread, or a gRPC reader coroutine on the event
+loop) only parse each generation response and hand it over with `output`, `end` or
+`fail`. The `Responder` thread does everything else, in order, for every open request:
+builds chunks, sends them (`send()` is a blocking call), checks whether clients went
+away, abandons requests whose generation model went silent, and sends each request's
+single final response. Outputs that pile up while a send is in progress are merged
+into one chunk, so a busy instance sends fewer, larger chunks instead of falling behind.
+Because only this thread sends, asks `is_cancelled()` and finishes requests, no request
+can be asked about cancellation after its final response (which would touch freed memory
+in Triton).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from .backends import GenerationOutput
+from .errors import CancelledError, InternalError, OpenAIError, UnavailableError
+from .stream import ChatResponseBuilder
+
+log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    """Where a request's responses go (Triton's response sender)."""
+
+    def send(self, payload: str, final: bool) -> None: ...
+
+    def send_error(self, error: OpenAIError) -> None: ...
+
+    def is_cancelled(self) -> bool: ...
+
+
+class RequestState:
+    """One request as the responder sees it. Only the responder thread changes it."""
+
+    def __init__(
+        self,
+        builder: ChatResponseBuilder,
+        sink: Sink,
+        *,
+        stream: bool,
+        choices: int = 1,
+        name: str = "",
+        require_finish_reason: bool = False,
+    ):
+        self.builder = builder
+        self.sink = sink
+        self.stream = stream
+        self.name = name or builder.completion_id
+        self.require_finish_reason = require_finish_reason
+        self.pending = choices
+        self.done = False  # read by producers to stop early
+        self.outcome: str | None = None  # "completed", "cancelled", "error"
+        self.cancel_hooks: list[Callable[[], None]] = []
+        self.last_activity = 0.0
+        self.last_cancel_check = 0.0
+        self.finished = threading.Event()
+
+    def add_cancel_hook(self, hook: Callable[[], None]) -> None:
+        self.cancel_hooks.append(hook)
+
+
+_OUTPUT, _END, _FAIL, _START = range(4)
+
+
+class Responder:
+    """The sending thread of one model instance."""
+
+    def __init__(
+        self,
+        cancel_check_interval: float = 0.1,
+        idle_timeout: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.cancel_check_interval = cancel_check_interval
+        self.idle_timeout = idle_timeout
+        self.clock = clock
+        self._events: queue.SimpleQueue = queue.SimpleQueue()
+        self._open: dict[int, RequestState] = {}
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, daemon=True, name="chat-responder")
+        self._thread.start()
+
+    # ---- called from producers (any thread) ----------------------------------------------
+    def start(self, state: RequestState) -> None:
+        self._events.put((_START, state, 0, None))
+
+    def output(self, state: RequestState, index: int, output: GenerationOutput) -> None:
+        self._events.put((_OUTPUT, state, index, output))
+
+    def end(self, state: RequestState, index: int) -> None:
+        self._events.put((_END, state, index, None))
+
+    def fail(self, state: RequestState, error: OpenAIError) -> None:
+        self._events.put((_FAIL, state, 0, error))
+
+    @property
+    def open_requests(self) -> int:
+        return len(self._open)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._events.put(None)
+
+    # ---- the responder thread --------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stopped:
+            try:
+                first = self._events.get(timeout=self._poll_interval())
+            except queue.Empty:
+                first = None
+            batch = [first] if first is not None else []
+            while True:  # take whatever else is already waiting, to merge it
+                try:
+                    item = self._events.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    batch.append(item)
+            try:
+                self._handle(batch)
+                self._check_open_requests()
+            except Exception:  # noqa: BLE001  (this thread must survive anything)
+                log.exception("responder failed on a batch")
+
+    def _poll_interval(self) -> float:
+        interval = self.cancel_check_interval
+        if self.idle_timeout:
+            interval = min(interval, self.idle_timeout)
+        return max(0.005, interval / 2)
+
+    def _handle(self, batch: list) -> None:
+        merged: dict[tuple[int, int], GenerationOutput] = {}
+        order: list[tuple[RequestState, int]] = []
+        for kind, state, index, value in batch:
+            if kind == _START:
+                state.last_activity = state.last_cancel_check = self.clock()
+                self._open[id(state)] = state
+                continue
+            if state.done:
+                continue
+            key = (id(state), index)
+            if kind == _OUTPUT:
+                if key in merged:
+                    merged[key] = merged[key].merge(value)
+                else:
+                    merged[key] = value
+                    order.append((state, index))
+                continue
+            # An end or a failure: what arrived before it goes out first.
+            self._flush(merged, order, only=state)
+            if state.done:
+                continue
+            if kind == _END:
+                self._end(state, index)
+            else:
+                self._finish_with_error(state, value, "error")
+        self._flush(merged, order)
+
+    def _flush(self, merged: dict, order: list, only: RequestState | None = None) -> None:
+        keep = []
+        for state, index in order:
+            if only is not None and state is not only:
+                keep.append((state, index))
+                continue
+            output = merged.pop((id(state), index), None)
+            if output is None or state.done:
+                continue
+            self._deliver(state, index, output)
+        order[:] = keep
+
+    def _deliver(self, state: RequestState, index: int, output: GenerationOutput) -> None:
+        state.last_activity = self.clock()
+        if not state.stream:
+            state.builder.add_output(index, output)
+            return
+        try:
+            for payload in state.builder.stream_output(index, output):
+                state.sink.send(payload, final=False)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("%s: sending failed", state.name)
+            self._finish_with_error(state, InternalError(f"Internal error while streaming the response: {exc}"), "error")
+
+    def _end(self, state: RequestState, index: int) -> None:
+        if state.require_finish_reason and state.builder.choices[index].finish_reason is None:
+            # The generation model says why it stopped on its last response; a stream that
+            # ends without one lost that response (and with it, maybe an error).
+            error = InternalError("The generation model ended the stream without finishing it.")
+            self._finish_with_error(state, error, "error")
+            return
+        state.pending -= 1
+        try:
+            payloads = state.builder.stream_finish(index) if state.stream else []
+            if state.pending == 0:
+                payloads += state.builder.stream_usage() if state.stream else [state.builder.completion()]
+            last = len(payloads) - 1
+            for i, payload in enumerate(payloads):
+                final = state.pending == 0 and i == last
+                if final:
+                    self._close(state, "completed")
+                state.sink.send(payload, final=final)
+        except Exception as exc:  # noqa: BLE001
+            log.exception("%s: finishing failed", state.name)
+            self._finish_with_error(state, InternalError(f"Internal error while finishing the response: {exc}"), "error")
+
+    def _finish_with_error(self, state: RequestState, error: OpenAIError, outcome: str) -> None:
+        if state.done:
+            return
+        self._close(state, outcome)
+        level = logging.INFO if outcome == "cancelled" else logging.WARNING
+        log.log(level, "%s: %s", state.name, error.message)
+        for hook in state.cancel_hooks:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001
+                log.exception("%s: cancelling a generation failed", state.name)
+        try:
+            state.sink.send_error(error)
+        except Exception:  # noqa: BLE001
+            log.exception("%s: could not send the error response", state.name)
+
+    def _close(self, state: RequestState, outcome: str) -> None:
+        state.done = True
+        state.outcome = outcome
+        self._open.pop(id(state), None)
+        state.finished.set()
+
+    def _check_open_requests(self) -> None:
+        now = self.clock()
+        for state in list(self._open.values()):
+            if now - state.last_cancel_check >= self.cancel_check_interval:
+                state.last_cancel_check = now
+                try:
+                    cancelled = state.sink.is_cancelled()
+                except Exception:  # noqa: BLE001
+                    log.exception("%s: could not check for cancellation", state.name)
+                    cancelled = False
+                if cancelled:
+                    error = CancelledError("The request was cancelled by the client; generation stopped.")
+                    self._finish_with_error(state, error, "cancelled")
+                    continue
+            if self.idle_timeout and now - state.last_activity >= self.idle_timeout:
+                error = UnavailableError(
+                    f"The generation model sent nothing for {self.idle_timeout:g} s; the request was abandoned."
+                )
+                self._finish_with_error(state, error, "error")
