@@ -758,14 +758,15 @@ def set_instance_count(config_path: Path, count: int) -> None:
     config_path.write_text(head + sep + tail)
 
 
-def build_repository(repo: Path, args) -> None:
+def build_repository(repo: Path, args, grpc_port: int) -> None:
     """The models the selected pairs need, as tests/conftest.py builds them."""
     from tests.harness import add_chat_model, add_test_model, add_vllm_model  # noqa: PLC0415
 
+    transport = {"transport": args.transport, "grpc_url": f"127.0.0.1:{grpc_port}"}
     chat_dirs = []
     if "vllm" in args.paths:
         add_vllm_model(repo, args.raw_model, args.tokenizer, **dict(args.engine_arg))
-        chat_dirs.append(add_chat_model(repo, args.chat_model, target_model=args.raw_model))
+        chat_dirs.append(add_chat_model(repo, args.chat_model, target_model=args.raw_model, **transport))
     if "scripted" in args.paths:
         add_test_model(repo, args.raw_scripted_model, "scripted_vllm")
         chat_dirs.append(
@@ -775,6 +776,7 @@ def build_repository(repo: Path, args) -> None:
                 target_model=args.raw_scripted_model,
                 tokenizer=str(args.tokenizer),
                 served_model_name="scripted",
+                **transport,
             )
         )
     for chat_dir in chat_dirs:
@@ -824,6 +826,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--paths", type=_paths, default=["vllm", "scripted"], help="pairs to run: vllm,scripted")
     p.add_argument("--scripted-interval-ms", type=float, default=2.0, help="the fake engine's time per token")
     p.add_argument("--instances", type=int, default=1, help="instance_group count of the chat models")
+    p.add_argument("--transport", choices=("grpc", "bls"), default="grpc",
+                   help="how the chat models read the generation stream (config parameter 'transport')")
     p.add_argument("--engine-arg", action="append", default=[], type=parse_engine_arg,
                    help="extra vLLM engine argument key=value for vllm_model (e.g. stream_interval=4)")
     p.add_argument("--out", type=Path, help="JSON results (default: bench-results/<timestamp>.json)")
@@ -852,9 +856,10 @@ def start_server(args, out: Path):
     from tools.tritonlocal import TritonServer, free_port  # noqa: PLC0415
 
     repo_dir = Path(tempfile.mkdtemp(prefix="bench-repo-"))
-    build_repository(repo_dir, args)
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    build_repository(repo_dir, args, grpc_port)
     server_log = out.with_name(out.stem + "-tritonserver.log")
-    server = TritonServer(repo_dir, free_port(), free_port(), free_port(), log_path=server_log)
+    server = TritonServer(repo_dir, http_port, grpc_port, metrics_port, log_path=server_log)
     log(f"starting tritonserver (log: {server_log})")
     server.start()
     return server, repo_dir

@@ -36,6 +36,7 @@ class Settings:
     default_max_tokens: int = 0
     chat_template_content_format: str = "auto"
     cancel_check_interval_ms: int = 100
+    responder_threads: int = 4
     idle_timeout_s: float = 600.0
     # Everything from the target's model.json, when there is one (for reference only).
     target_engine_args: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)

@@ -60,6 +60,7 @@ class RequestState:
         self.done = False  # read by producers to stop early
         self.outcome: str | None = None  # "completed", "cancelled", "error"
         self.cancel_hooks: list[Callable[[], None]] = []
+        self.lane = None  # set by Responder.start
         self.last_activity = 0.0
         self.last_cancel_check = 0.0
         self.finished = threading.Event()
@@ -72,39 +73,56 @@ _OUTPUT, _END, _FAIL, _START = range(4)
 
 
 class Responder:
-    """The sending thread of one model instance."""
+    """The sending threads ("lanes") of one model instance; each request stays on one lane."""
 
     def __init__(
         self,
         cancel_check_interval: float = 0.1,
         idle_timeout: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        lanes: int = 1,
     ):
+        self._lanes = [_Lane(cancel_check_interval, idle_timeout, clock, i) for i in range(max(1, lanes))]
+        self._next = 0
+
+    # ---- called from producers (any thread) ----------------------------------------------
+    def start(self, state: RequestState) -> None:
+        lane = self._lanes[self._next % len(self._lanes)]
+        self._next += 1
+        state.lane = lane
+        lane.put((_START, state, 0, None))
+
+    def output(self, state: RequestState, index: int, output: GenerationOutput) -> None:
+        state.lane.put((_OUTPUT, state, index, output))
+
+    def end(self, state: RequestState, index: int) -> None:
+        state.lane.put((_END, state, index, None))
+
+    def fail(self, state: RequestState, error: OpenAIError) -> None:
+        state.lane.put((_FAIL, state, 0, error))
+
+    @property
+    def open_requests(self) -> int:
+        return sum(len(lane.open) for lane in self._lanes)
+
+    def stop(self) -> None:
+        for lane in self._lanes:
+            lane.stop()
+
+
+class _Lane:
+    """One sending thread and the requests assigned to it."""
+
+    def __init__(self, cancel_check_interval: float, idle_timeout: float, clock: Callable[[], float], number: int):
         self.cancel_check_interval = cancel_check_interval
         self.idle_timeout = idle_timeout
         self.clock = clock
         self._events: queue.SimpleQueue = queue.SimpleQueue()
-        self._open: dict[int, RequestState] = {}
+        self.put = self._events.put
+        self.open: dict[int, RequestState] = {}
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, daemon=True, name="chat-responder")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"chat-responder-{number}")
         self._thread.start()
-
-    # ---- called from producers (any thread) ----------------------------------------------
-    def start(self, state: RequestState) -> None:
-        self._events.put((_START, state, 0, None))
-
-    def output(self, state: RequestState, index: int, output: GenerationOutput) -> None:
-        self._events.put((_OUTPUT, state, index, output))
-
-    def end(self, state: RequestState, index: int) -> None:
-        self._events.put((_END, state, index, None))
-
-    def fail(self, state: RequestState, error: OpenAIError) -> None:
-        self._events.put((_FAIL, state, 0, error))
-
-    @property
-    def open_requests(self) -> int:
-        return len(self._open)
 
     def stop(self) -> None:
         self._stopped = True
@@ -143,7 +161,7 @@ class Responder:
         for kind, state, index, value in batch:
             if kind == _START:
                 state.last_activity = state.last_cancel_check = self.clock()
-                self._open[id(state)] = state
+                self.open[id(state)] = state
                 continue
             if state.done:
                 continue
@@ -230,12 +248,12 @@ class Responder:
     def _close(self, state: RequestState, outcome: str) -> None:
         state.done = True
         state.outcome = outcome
-        self._open.pop(id(state), None)
+        self.open.pop(id(state), None)
         state.finished.set()
 
     def _check_open_requests(self) -> None:
         now = self.clock()
-        for state in list(self._open.values()):
+        for state in list(self.open.values()):
             if now - state.last_cancel_check >= self.cancel_check_interval:
                 state.last_cancel_check = now
                 try:

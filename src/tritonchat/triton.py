@@ -179,7 +179,11 @@ class OpenAIChatModel:
         self.system_fingerprint = "fp_" + hashlib.sha256(fingerprint_source.encode()).hexdigest()[:10]
         self._render_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-render")
         self._tasks: set[asyncio.Task] = set()
-        self.responder = Responder(self.settings.cancel_check_interval_ms / 1000.0, self.settings.idle_timeout_s)
+        self.responder = Responder(
+            self.settings.cancel_check_interval_ms / 1000.0,
+            self.settings.idle_timeout_s,
+            lanes=self.settings.responder_threads,
+        )
         self.grpc = GrpcTransport(self.settings.grpc_url) if self.settings.transport == "grpc" else None
         self._loop_ready = False
         log.info(
