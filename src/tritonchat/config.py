@@ -35,16 +35,25 @@ class Settings:
     max_model_len: int = 0
     default_max_tokens: int = 0
     chat_template_content_format: str = "auto"
+    trust_request_chat_template: str = "false"
+    structured_outputs_key: str = "structured_outputs"
+    lora_separator: str = ""
     cancel_check_interval_ms: int = 100
     responder_threads: int = 4
     idle_timeout_s: float = 600.0
     # Everything from the target's model.json, when there is one (for reference only).
     target_engine_args: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # LoRA adapters the target vLLM model serves (enable_lora and 1/multi_lora.json).
+    lora_adapters: tuple[str, ...] = ()
+
+    @property
+    def trusts_request_chat_template(self) -> bool:
+        return self.trust_request_chat_template.lower() in ("1", "true", "yes")
 
     @classmethod
     def from_parameters(cls, parameters: dict[str, str], model_repository: str | Path | None) -> Settings:
         """Build settings from flat `{key: string value}` parameters and the model's own directory."""
-        known = {f.name: f for f in fields(cls) if f.name != "target_engine_args"}
+        known = {f.name: f for f in fields(cls) if f.name not in ("target_engine_args", "lora_adapters")}
         values: dict[str, Any] = {}
         for key, raw in parameters.items():
             if key not in known:
@@ -69,7 +78,7 @@ class Settings:
         return settings._resolve(Path(model_repository) if model_repository else None)
 
     def _resolve(self, model_dir: Path | None) -> Settings:
-        engine_args = read_target_engine_args(model_dir, self.target_model, self.target_model_version)
+        engine_args, version_dir = read_target_engine_args(model_dir, self.target_model, self.target_model_version)
         tokenizer = self.tokenizer or engine_args.get("tokenizer") or engine_args.get("model") or ""
         if not tokenizer:
             raise ConfigError(
@@ -86,6 +95,7 @@ class Settings:
             served_model_name=str(served),
             max_model_len=max_len,
             target_engine_args=engine_args,
+            lora_adapters=read_lora_adapters(engine_args, version_dir),
         )
 
 
@@ -95,25 +105,41 @@ def _first(value):
     return value
 
 
-def read_target_engine_args(model_dir: Path | None, target: str, version: int) -> dict[str, Any]:
-    """The target model's `model.json` (vLLM engine arguments), or `{}` when it has none."""
+def read_target_engine_args(model_dir: Path | None, target: str, version: int) -> tuple[dict[str, Any], Path | None]:
+    """The target model's `model.json` (vLLM engine arguments) and its version directory."""
     if model_dir is None:
-        return {}
+        return {}, None
     target_dir = model_dir.parent / target
     if not target_dir.is_dir():
-        return {}
+        return {}, None
     if version > 0:
         version_dir = target_dir / str(version)
     else:
         versions = sorted((int(p.name) for p in target_dir.iterdir() if p.is_dir() and p.name.isdigit()), reverse=True)
         if not versions:
-            return {}
+            return {}, None
         version_dir = target_dir / str(versions[0])
     path = version_dir / "model.json"
     if not path.is_file():
-        return {}
+        return {}, version_dir
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text()), version_dir
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+
+
+def read_lora_adapters(engine_args: dict[str, Any], version_dir: Path | None) -> tuple[str, ...]:
+    """Adapter names of a vLLM model with LoRA enabled: the keys of its `multi_lora.json`."""
+    enabled = engine_args.get("enable_lora")
+    if isinstance(enabled, str):
+        enabled = enabled.lower() == "true"
+    if not enabled or version_dir is None:
+        return ()
+    path = version_dir / "multi_lora.json"
+    if not path.is_file():
+        return ()
+    try:
+        return tuple(json.loads(path.read_text()))
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path} is not valid JSON: {exc}") from None
 

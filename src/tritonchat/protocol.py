@@ -140,13 +140,10 @@ Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 
 
-class ChatCompletionRequest(_Strict):
-    """Every field of OpenAI's Chat Completions request, plus the usual vLLM extras."""
+class _GenerationFields(_Strict):
+    """Fields chat completions and completions share."""
 
-    messages: Annotated[list[Message], Field(min_length=1)]
     model: str | None = None
-
-    max_completion_tokens: PositiveInt | None = None
     max_tokens: PositiveInt | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     top_p: Probability | None = None
@@ -162,21 +159,10 @@ class ChatCompletionRequest(_Strict):
     ignore_eos: bool | None = None
     logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
     n: Annotated[int, Field(ge=1, le=128)] | None = None
-    logprobs: bool | None = None
-    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
     response_format: ResponseFormat | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     user: str | None = None
-
-    tools: list[Tool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    parallel_tool_calls: bool | None = None
-
-    add_generation_prompt: bool | None = None
-    continue_final_message: bool | None = None
-    chat_template: str | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
 
     # Accepted because clients send them; they do not change generation.
     store: bool | None = None
@@ -204,12 +190,65 @@ class ChatCompletionRequest(_Strict):
         return bool(self.stream)
 
     @property
+    def choices(self) -> int:
+        return self.n or 1
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.continuous_usage_stats)
+
+
+class ChatCompletionRequest(_GenerationFields):
+    """Every field of OpenAI's Chat Completions request, plus the usual vLLM extras."""
+
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: PositiveInt | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+    add_generation_prompt: bool | None = None
+    continue_final_message: bool | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @property
     def requested_max_tokens(self) -> int | None:
         """`max_completion_tokens` wins over the deprecated `max_tokens`."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
+    @property
+    def top_logprobs_count(self) -> int | None:
+        """How many alternatives per token; None when no log probabilities were asked for."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
-def parse_chat_request(body: str | bytes) -> ChatCompletionRequest:
+
+class CompletionRequest(_GenerationFields):
+    """OpenAI's (legacy) Completions request."""
+
+    prompt: str | list[Any]
+    suffix: str | None = None
+    echo: bool | None = None
+    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
+    best_of: Annotated[int, Field(ge=1, le=20)] | None = None
+
+    @property
+    def top_logprobs_count(self) -> int | None:
+        return self.logprobs
+
+
+def parse_request(body: str | bytes, model: type[_GenerationFields]):
     """Parse and validate a JSON request body, or raise `BadRequestError` naming the field."""
     try:
         data = json.loads(body)
@@ -218,14 +257,22 @@ def parse_chat_request(body: str | bytes) -> ChatCompletionRequest:
     if not isinstance(data, dict):
         raise BadRequestError("The request body must be a JSON object.")
     try:
-        request = ChatCompletionRequest.model_validate(data)
+        request = model.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc) from None
     if log.isEnabledFor(logging.DEBUG):
-        unknown = sorted(set(data) - set(ChatCompletionRequest.model_fields))
+        unknown = sorted(set(data) - set(model.model_fields))
         if unknown:
             log.debug("ignoring unknown request fields: %s", ", ".join(unknown))
     return request
+
+
+def parse_chat_request(body: str | bytes) -> ChatCompletionRequest:
+    return parse_request(body, ChatCompletionRequest)
+
+
+def parse_completion_request(body: str | bytes) -> CompletionRequest:
+    return parse_request(body, CompletionRequest)
 
 
 _UNION_MEMBER_NAMES = {"str", "int", "float", "bool", "none", "dict", "list"}

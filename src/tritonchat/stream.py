@@ -1,22 +1,27 @@
-"""Generation outputs -> OpenAI `chat.completion.chunk` / `chat.completion` JSON strings.
+"""Generation outputs -> OpenAI JSON: chat completions and (text) completions, streamed or whole.
 
-The streaming layout is OpenAI's: per choice a first chunk with `delta.role` (and empty
-content), then content deltas, then exactly one chunk with `finish_reason` and an empty
-delta; with `stream_options.include_usage` every chunk has `"usage": null` and one last
-chunk has `"choices": []` and the usage. Chunks are serialized compactly, with fields in
-OpenAI's order; the fixed head of every chunk is serialized once per request.
+Streaming follows OpenAI's layout. Chat: per choice a first chunk with `delta.role` (and
+empty content), then content deltas, then exactly one chunk with `finish_reason` and an
+empty delta. Completions: text deltas, then exactly one chunk with `finish_reason` and
+empty text. With `stream_options.include_usage` every chunk has `"usage": null` (or the
+running usage with `continuous_usage_stats`) and one last chunk has `"choices": []` and the
+usage. Chunks are serialized compactly, with fields in OpenAI's order; the fixed head of
+every chunk is serialized once per request.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .backends import GenerationOutput
+from .backends import GenerationOutput, TokenLogprob
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "content_filter": "content_filter"}
+
+TokenBytesFn = Callable[[int, str], list[int]]
 
 
 def openai_finish_reason(engine_reason: str | None) -> str:
@@ -24,12 +29,18 @@ def openai_finish_reason(engine_reason: str | None) -> str:
     return FINISH_REASONS.get(engine_reason or "stop", "stop")
 
 
+def _utf8(token_id: int, text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
 @dataclass
 class ChoiceState:
     text: list[str] = field(default_factory=list)
+    logprobs: list[TokenLogprob] = field(default_factory=list)
     started: bool = False
     finish_reason: str | None = None
     completion_tokens: int = 0
+    text_length: int = 0  # characters sent so far (completions' text_offset)
 
 
 @dataclass
@@ -45,8 +56,11 @@ class Usage:
         }
 
 
-class ChatResponseBuilder:
-    """Keeps the state of one chat completion and renders its JSON payloads."""
+class ResponseBuilder:
+    """State of one request's response, shared by the chat and completions layouts."""
+
+    chunk_object = ""
+    object = ""
 
     def __init__(
         self,
@@ -58,6 +72,9 @@ class ChatResponseBuilder:
         choices: int = 1,
         prompt_tokens: int = 0,
         include_usage: bool = False,
+        continuous_usage: bool = False,
+        top_logprobs: int | None = None,
+        token_bytes: TokenBytesFn | None = None,
     ):
         self.completion_id = completion_id
         self.created = created
@@ -66,51 +83,33 @@ class ChatResponseBuilder:
         self.choices = [ChoiceState() for _ in range(choices)]
         self.prompt_tokens = prompt_tokens
         self.include_usage = include_usage
+        self.continuous_usage = continuous_usage
+        self.top_logprobs = top_logprobs
+        self.token_bytes = token_bytes or _utf8
         head = {
             "id": completion_id,
-            "object": "chat.completion.chunk",
+            "object": self.chunk_object,
             "created": created,
             "model": model,
             "system_fingerprint": system_fingerprint,
         }
         self._chunk_head = _dumps(head)[:-1] + ',"choices":['
-        self._chunk_tail = '],"usage":null}' if include_usage else "]}"
 
     # ---- streaming -------------------------------------------------------------------
     def _chunk(self, choice: dict) -> str:
-        return self._chunk_head + _dumps(choice) + self._chunk_tail
+        if self.continuous_usage:
+            tail = '],"usage":' + _dumps(self.usage().to_dict()) + "}"
+        elif self.include_usage:
+            tail = '],"usage":null}'
+        else:
+            tail = "]}"
+        return self._chunk_head + _dumps(choice) + tail
 
     def stream_output(self, index: int, output: GenerationOutput) -> list[str]:
-        """The chunks that one (possibly merged) output of choice `index` adds to the stream."""
-        state = self.choices[index]
-        self._account(state, output)
-        chunks = []
-        if not state.started:
-            state.started = True
-            chunks.append(
-                self._chunk(
-                    {
-                        "index": index,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                )
-            )
-        if output.text:
-            chunks.append(
-                self._chunk({"index": index, "delta": {"content": output.text}, "logprobs": None, "finish_reason": None})
-            )
-        return chunks
+        raise NotImplementedError
 
     def stream_finish(self, index: int) -> list[str]:
-        """The role chunk if nothing was sent yet, then the one chunk carrying `finish_reason`."""
-        state = self.choices[index]
-        chunks = self.stream_output(index, GenerationOutput()) if not state.started else []
-        chunks.append(
-            self._chunk({"index": index, "delta": {}, "logprobs": None, "finish_reason": self._finish(state)})
-        )
-        return chunks
+        raise NotImplementedError
 
     def stream_usage(self) -> list[str]:
         """The trailing usage chunk, when the client asked for it."""
@@ -118,12 +117,75 @@ class ChatResponseBuilder:
             return []
         return [self._chunk_head + '],"usage":' + _dumps(self.usage().to_dict()) + "}"]
 
-    # ---- non-streaming -----------------------------------------------------------------
+    # ---- non-streaming ---------------------------------------------------------------
     def add_output(self, index: int, output: GenerationOutput) -> None:
         state = self.choices[index]
         self._account(state, output)
         if output.text:
             state.text.append(output.text)
+        if output.logprobs:
+            state.logprobs.extend(output.logprobs)
+
+    def completion(self) -> str:
+        raise NotImplementedError
+
+    # ---- shared ------------------------------------------------------------------------
+    def _account(self, state: ChoiceState, output: GenerationOutput) -> None:
+        state.completion_tokens += output.completion_tokens
+        if output.finish_reason:
+            state.finish_reason = output.finish_reason
+        if output.prompt_tokens is not None:
+            self.prompt_tokens = output.prompt_tokens
+
+    def _finish(self, state: ChoiceState) -> str:
+        return openai_finish_reason(state.finish_reason)
+
+    def usage(self) -> Usage:
+        return Usage(self.prompt_tokens, sum(state.completion_tokens for state in self.choices))
+
+    def _top(self, token: TokenLogprob) -> list[tuple[int, str, float, int]]:
+        k = self.top_logprobs or 0
+        return [entry for entry in token.top if 1 <= entry[3] <= k][:k]
+
+
+class ChatResponseBuilder(ResponseBuilder):
+    """`chat.completion.chunk` and `chat.completion`."""
+
+    chunk_object = "chat.completion.chunk"
+    object = "chat.completion"
+
+    def stream_output(self, index: int, output: GenerationOutput) -> list[str]:
+        """The chunks that one (possibly merged) output of choice `index` adds to the stream."""
+        state = self.choices[index]
+        self._account(state, output)
+        chunks = self.stream_role(index)
+        if output.text or output.logprobs:
+            chunks.append(
+                self._chunk(
+                    {
+                        "index": index,
+                        "delta": {"content": output.text},
+                        "logprobs": self._logprobs(output.logprobs),
+                        "finish_reason": None,
+                    }
+                )
+            )
+        return chunks
+
+    def stream_role(self, index: int) -> list[str]:
+        """The first chunk of a choice (role and empty content), once."""
+        state = self.choices[index]
+        if state.started:
+            return []
+        state.started = True
+        return [self._chunk({"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None})]
+
+    def stream_finish(self, index: int) -> list[str]:
+        """The role chunk if nothing was sent yet, then the one chunk carrying `finish_reason`."""
+        state = self.choices[index]
+        chunks = self.stream_role(index)
+        chunks.append(self._chunk({"index": index, "delta": {}, "logprobs": None, "finish_reason": self._finish(state)}))
+        return chunks
 
     def completion(self) -> str:
         choices = []
@@ -132,14 +194,14 @@ class ChatResponseBuilder:
                 {
                     "index": index,
                     "message": {"role": "assistant", "content": "".join(state.text), "refusal": None},
-                    "logprobs": None,
+                    "logprobs": self._logprobs(state.logprobs) if self.top_logprobs is not None else None,
                     "finish_reason": self._finish(state),
                 }
             )
         return _dumps(
             {
                 "id": self.completion_id,
-                "object": "chat.completion",
+                "object": self.object,
                 "created": self.created,
                 "model": self.model,
                 "system_fingerprint": self.system_fingerprint,
@@ -148,17 +210,91 @@ class ChatResponseBuilder:
             }
         )
 
-    # ---- shared --------------------------------------------------------------------------
-    def _account(self, state: ChoiceState, output: GenerationOutput) -> None:
-        state.completion_tokens += output.completion_tokens
-        if output.finish_reason:
-            state.finish_reason = output.finish_reason
-        if output.prompt_tokens is not None:
-            self.prompt_tokens = output.prompt_tokens
+    def _logprobs(self, tokens: list[TokenLogprob] | None) -> dict | None:
+        if self.top_logprobs is None or tokens is None:
+            return None
+        return {"content": [self._entry(token) for token in tokens], "refusal": None}
+
+    def _entry(self, token: TokenLogprob) -> dict:
+        return {
+            "token": token.token,
+            "logprob": token.logprob,
+            "bytes": self.token_bytes(token.token_id, token.token),
+            "top_logprobs": [
+                {"token": text, "logprob": max(logprob, -9999.0), "bytes": self.token_bytes(token_id, text)}
+                for token_id, text, logprob, _rank in self._top(token)
+            ],
+        }
+
+
+class CompletionResponseBuilder(ResponseBuilder):
+    """`text_completion` objects, streamed and whole; `echo` puts the prompt in front."""
+
+    chunk_object = "text_completion"
+    object = "text_completion"
+
+    def __init__(self, *, echo_text: str = "", **kwargs):
+        super().__init__(**kwargs)
+        self.echo_text = echo_text
+
+    def stream_output(self, index: int, output: GenerationOutput) -> list[str]:
+        state = self.choices[index]
+        self._account(state, output)
+        chunks = self._stream_echo(index)
+        if output.text or output.logprobs:
+            chunks.append(self._chunk(self._choice(index, output.text, self._logprobs(state, output.logprobs), None)))
+        return chunks
+
+    def _stream_echo(self, index: int) -> list[str]:
+        state = self.choices[index]
+        if state.started:
+            return []
+        state.started = True
+        if not self.echo_text:
+            return []
+        state.text_length += len(self.echo_text)
+        return [self._chunk(self._choice(index, self.echo_text, None, None))]
+
+    def stream_finish(self, index: int) -> list[str]:
+        state = self.choices[index]
+        chunks = self._stream_echo(index)
+        chunks.append(self._chunk(self._choice(index, "", None, self._finish(state))))
+        return chunks
+
+    def completion(self) -> str:
+        choices = []
+        for index, state in enumerate(self.choices):
+            text = self.echo_text + "".join(state.text)
+            state.text_length = len(self.echo_text)
+            logprobs = self._logprobs(state, state.logprobs) if self.top_logprobs is not None else None
+            choices.append(self._choice(index, text, logprobs, self._finish(state)))
+        return _dumps(
+            {
+                "id": self.completion_id,
+                "object": self.object,
+                "created": self.created,
+                "model": self.model,
+                "system_fingerprint": self.system_fingerprint,
+                "choices": choices,
+                "usage": self.usage().to_dict(),
+            }
+        )
 
     @staticmethod
-    def _finish(state: ChoiceState) -> str:
-        return openai_finish_reason(state.finish_reason)
+    def _choice(index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
+        return {"text": text, "index": index, "logprobs": logprobs, "finish_reason": finish_reason}
 
-    def usage(self) -> Usage:
-        return Usage(self.prompt_tokens, sum(state.completion_tokens for state in self.choices))
+    def _logprobs(self, state: ChoiceState, tokens: list[TokenLogprob] | None) -> dict | None:
+        """OpenAI's legacy layout; text_offset counts characters from the start of the text."""
+        if self.top_logprobs is None or tokens is None:
+            return None
+        result = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
+        for token in tokens:
+            result["tokens"].append(token.token)
+            result["token_logprobs"].append(token.logprob)
+            top = {text: max(logprob, -9999.0) for _id, text, logprob, _rank in self._top(token)}
+            top.setdefault(token.token, token.logprob)
+            result["top_logprobs"].append(top)
+            result["text_offset"].append(state.text_length)
+            state.text_length += len(token.token)
+        return result

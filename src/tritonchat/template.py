@@ -140,10 +140,12 @@ class PromptRenderer:
                 param="continue_final_message",
             )
         kwargs = dict(request.chat_template_kwargs or {})
-        for reserved in ("messages", "tools", "add_generation_prompt", "continue_final_message", "tokenize"):
+        for reserved in ("messages", "tools", "add_generation_prompt", "continue_final_message", "tokenize", "chat_template"):
             if reserved in kwargs:
                 raise BadRequestError(f"'chat_template_kwargs' must not set {reserved!r}.", param="chat_template_kwargs")
         tools = [tool.model_dump(exclude_none=True, by_alias=True) for tool in request.tools] if request.tools else None
+        if request.chat_template is not None:
+            kwargs["chat_template"] = request.chat_template
         try:
             text = self.tokenizer.apply_chat_template(
                 self.messages(request),
@@ -154,9 +156,14 @@ class PromptRenderer:
                 **kwargs,
             )
         except jinja2.TemplateError as exc:
-            # The template itself refused the conversation (raise_exception in the template).
-            raise BadRequestError(f"The chat template rejected the messages: {exc}", param="messages") from None
+            # The template itself refused the conversation (raise_exception in the template),
+            # or a request's own template is broken.
+            param = "chat_template" if request.chat_template is not None else "messages"
+            raise BadRequestError(f"The chat template failed: {exc}", param=param) from None
         if self._strip_prefix and text.startswith(self._strip_prefix):
             text = text[len(self._strip_prefix) :]
-        num_tokens = len(self.tokenizer(text).input_ids)
-        return Prompt(text=text, num_tokens=num_tokens)
+        return self.plain(text)
+
+    def plain(self, text: str) -> Prompt:
+        """A prompt sent as it is (completions); counted as the engine tokenizes it."""
+        return Prompt(text=text, num_tokens=len(self.tokenizer(text).input_ids))

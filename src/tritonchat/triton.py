@@ -1,4 +1,5 @@
-"""The `openai_chat` Triton model: the only module that talks to `triton_python_backend_utils`.
+"""The `openai_chat` and `openai_completions` Triton models: the only module that talks to
+`triton_python_backend_utils`.
 
 Flow per request, all on the stub's event loop except where noted:
 JSON body -> validated request -> prompt (rendered in a worker thread) -> streaming call
@@ -35,12 +36,13 @@ from .errors import (
     OpenAIError,
     UnavailableError,
 )
-from .generation import Limits, plan_generation, refuse_unsupported
-from .protocol import parse_chat_request
+from .generation import Limits, ModelNames, check_chat_request, check_completion_request, plan_generations
 from .grpc_transport import GrpcTransport
+from .protocol import parse_chat_request, parse_completion_request
 from .responder import RequestState, Responder
-from .stream import ChatResponseBuilder
-from .template import PromptRenderer, load_tokenizer
+from .stream import ChatResponseBuilder, CompletionResponseBuilder
+from .template import Prompt, PromptRenderer, load_tokenizer
+from .tokens import TokenBytes
 
 log = logging.getLogger("tritonchat")
 
@@ -153,8 +155,10 @@ async def read_grpc(responder: Responder, state: RequestState, index: int, trans
         responder.fail(state, InternalError(f"The generation stream failed: {exc}"))
 
 
-class OpenAIChatModel:
-    """Implements Triton's `TritonPythonModel` interface; `model.py` subclasses it."""
+class _OpenAIModel:
+    """What the chat and completions models share: settings, transports, the responder."""
+
+    kind = ""  # "chat" or "completions"
 
     def initialize(self, args: dict) -> None:
         pb = _pb()
@@ -164,17 +168,20 @@ class OpenAIChatModel:
         except locale.Error:
             pass
         logging.basicConfig(level=os.environ.get("TRITONCHAT_LOG_LEVEL", "INFO"))
+        self.model_name = args.get("model_name", self.kind)
         self.model_config = json.loads(args["model_config"])
         if not pb.using_decoupled_model_transaction_policy(self.model_config):
-            raise pb.TritonModelException("openai_chat must be decoupled: set model_transaction_policy { decoupled: true }")
+            raise pb.TritonModelException(f"{self.model_name} must be decoupled: set model_transaction_policy {{ decoupled: true }}")
         self.settings = Settings.from_parameters(flatten_parameters(self.model_config), args.get("model_repository"))
         tokenizer = load_tokenizer(self.settings.tokenizer)
         self.renderer = PromptRenderer(tokenizer, self.settings.chat_template_content_format)
+        self.token_bytes = TokenBytes(tokenizer)
         self.limits = Limits(
             context_length=self.settings.max_model_len or _context_length(self.settings.tokenizer, tokenizer),
             default_max_tokens=self.settings.default_max_tokens,
         )
-        self.request_format: RequestFormat = FORMATS[self.settings.request_format]()
+        self.names = ModelNames(self.settings.served_model_name, self.settings.lora_separator, self.settings.lora_adapters)
+        self.request_format: RequestFormat = FORMATS[self.settings.request_format](self.settings.structured_outputs_key)
         fingerprint_source = f"{__version__}|{self.settings.served_model_name}|{self.settings.target_model}"
         self.system_fingerprint = "fp_" + hashlib.sha256(fingerprint_source.encode()).hexdigest()[:10]
         self._render_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-render")
@@ -187,14 +194,14 @@ class OpenAIChatModel:
         self.grpc = GrpcTransport(self.settings.grpc_url) if self.settings.transport == "grpc" else None
         self._loop_ready = False
         log.info(
-            "openai_chat ready: serves %r via %s model %r over %s (context %d tokens, tokenizer %s, content format %s)",
+            "%s ready: serves %r via %s model %r over %s (context %d tokens, tokenizer %s)",
+            self.model_name,
             self.settings.served_model_name,
             self.settings.request_format,
             self.settings.target_model,
-            self.settings.transport if self.settings.transport == "bls" else f"gRPC at {self.settings.grpc_url}",
+            "BLS" if self.grpc is None else f"gRPC at {self.settings.grpc_url}",
             self.limits.context_length,
             self.settings.tokenizer,
-            self.renderer.content_format,
         )
 
     async def execute(self, requests):
@@ -205,10 +212,13 @@ class OpenAIChatModel:
             loop.set_default_executor(ThreadPoolExecutor(max_workers=256, thread_name_prefix="chat-bls"))
             self._loop_ready = True
         for request in requests:
-            task = loop.create_task(self._handle(request))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._spawn(loop, self._handle(request))
         return None
+
+    def _spawn(self, loop, coroutine) -> None:
+        task = loop.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, request) -> None:
         sink = TritonSink(request)
@@ -226,61 +236,95 @@ class OpenAIChatModel:
         except Exception:  # noqa: BLE001
             log.exception("could not send the error response")
 
-    async def _start(self, request, sink: TritonSink) -> None:
-        pb = _pb()
-        tensor = pb.get_input_tensor_by_name(request, INPUT_NAME)
+    @staticmethod
+    def _body(request) -> bytes:
+        tensor = _pb().get_input_tensor_by_name(request, INPUT_NAME)
         if tensor is None:
             raise BadRequestError(f"The input tensor {INPUT_NAME!r} is missing.")
         raw = tensor.as_numpy().reshape(-1)
         if raw.size != 1:
             raise BadRequestError(f"The input tensor {INPUT_NAME!r} must hold exactly one request body.")
-        chat = parse_chat_request(raw[0])
-        if chat.model and chat.model != self.settings.served_model_name:
-            raise NotFoundError(f"The model {chat.model!r} does not exist; this server serves {self.settings.served_model_name!r}.")
-        refuse_unsupported(chat)
-        loop = asyncio.get_running_loop()
-        prompt = await loop.run_in_executor(self._render_pool, self.renderer.render, chat)
-        generation = plan_generation(chat, prompt, self.limits)
+        return raw[0]
+
+    # What the chat and completions models do differently.
+    def _parse(self, body: bytes):
+        raise NotImplementedError
+
+    def _check(self, openai_request) -> None:
+        raise NotImplementedError
+
+    def _prompt(self, openai_request) -> Prompt:
+        """Runs in a worker thread (rendering a long conversation takes a while)."""
+        raise NotImplementedError
+
+    def _builder(self, openai_request) -> tuple[type, dict, str]:
+        """(response builder class, its extra arguments, id prefix)."""
+        raise NotImplementedError
+
+    async def _start(self, request, sink: TritonSink) -> None:
         request_id = request.request_id()
-        builder = ChatResponseBuilder(
-            completion_id="chatcmpl-" + (request_id or uuid.uuid4().hex),
+        openai_request = self._parse(self._body(request))
+        lora_name = self.names.resolve(openai_request.model)
+        self._check(openai_request)
+        loop = asyncio.get_running_loop()
+        prompt = await loop.run_in_executor(self._render_pool, self._prompt, openai_request)
+        builder_class, builder_args, id_prefix = self._builder(openai_request)
+        generations = plan_generations(openai_request, prompt, self.limits, lora_name)
+        builder = builder_class(
+            completion_id=id_prefix + (request_id or uuid.uuid4().hex),
             created=int(time.time()),
-            model=self.settings.served_model_name,
+            model=openai_request.model or self.settings.served_model_name,
             system_fingerprint=self.system_fingerprint,
+            choices=len(generations),
             prompt_tokens=prompt.num_tokens,
-            include_usage=bool(chat.stream_options and chat.stream_options.include_usage),
+            include_usage=openai_request.include_usage,
+            continuous_usage=openai_request.continuous_usage,
+            top_logprobs=openai_request.top_logprobs_count,
+            token_bytes=self.token_bytes,
+            **builder_args,
         )
         state = RequestState(
             builder,
             sink,
-            stream=chat.is_stream,
+            stream=openai_request.is_stream,
+            choices=len(generations),
             require_finish_reason=self.request_format.reports_finish_reason,
         )
+        await self._generate(state, generations, request_id)
+
+    async def _generate(self, state: RequestState, generations: list[GenerationRequest], request_id: str) -> None:
+        loop = asyncio.get_running_loop()
         fmt = self.request_format
         if self.grpc is not None:
-            call = self.grpc.open(
-                self.grpc.request(
+            calls = []
+            for index, generation in enumerate(generations):
+                inner_id = request_id if len(generations) == 1 else f"{request_id}.{index}"
+                request = self.grpc.request(
                     self.settings.target_model,
                     self.settings.target_model_version,
                     fmt.inputs(generation),
                     fmt.requested_outputs(generation),
-                    request_id,
+                    inner_id,
                 )
-            )
-            state.add_cancel_hook(lambda: loop.call_soon_threadsafe(call.cancel))
+                call = self.grpc.open(request)
+                state.add_cancel_hook(lambda call=call: loop.call_soon_threadsafe(call.cancel))
+                calls.append(call)
             self.responder.start(state)
-            task = loop.create_task(read_grpc(self.responder, state, 0, self.grpc, call, fmt))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            for index, call in enumerate(calls):
+                self._spawn(loop, read_grpc(self.responder, state, index, self.grpc, call, fmt))
             return
-        iterator = await self._bls(generation, request_id).async_exec(decoupled=True)
-        cancel = getattr(iterator, "cancel", None)  # Triton 25.04 and later
-        if cancel is not None:
-            state.add_cancel_hook(cancel)
+        iterators = await asyncio.gather(
+            *(self._bls(generation, request_id).async_exec(decoupled=True) for generation in generations)
+        )
+        for iterator in iterators:
+            cancel = getattr(iterator, "cancel", None)  # Triton 25.04 and later
+            if cancel is not None:
+                state.add_cancel_hook(cancel)
         self.responder.start(state)
-        threading.Thread(
-            target=read_bls, args=(self.responder, state, 0, iterator, fmt), daemon=True, name="chat-bls-read"
-        ).start()
+        for index, iterator in enumerate(iterators):
+            threading.Thread(
+                target=read_bls, args=(self.responder, state, index, iterator, fmt), daemon=True, name="chat-bls-read"
+            ).start()
 
     def _bls(self, generation: GenerationRequest, request_id: str):
         pb = _pb()
@@ -296,7 +340,43 @@ class OpenAIChatModel:
     def finalize(self) -> None:
         self.responder.stop()
         self._render_pool.shutdown(wait=False, cancel_futures=True)
-        log.info("openai_chat finalized (%d requests still open)", self.responder.open_requests)
+        log.info("%s finalized (%d requests still open)", self.model_name, self.responder.open_requests)
+
+
+class OpenAIChatModel(_OpenAIModel):
+    """`openai_chat`: Chat Completions. `model.py` subclasses it as `TritonPythonModel`."""
+
+    kind = "chat"
+
+    def _parse(self, body: bytes):
+        return parse_chat_request(body)
+
+    def _check(self, chat) -> None:
+        check_chat_request(chat, trust_request_chat_template=self.settings.trusts_request_chat_template)
+
+    def _prompt(self, chat) -> Prompt:
+        return self.renderer.render(chat)
+
+    def _builder(self, chat):
+        return ChatResponseBuilder, {}, "chatcmpl-"
+
+
+class OpenAICompletionsModel(_OpenAIModel):
+    """`openai_completions`: (legacy) Completions, with the same settings and transports."""
+
+    kind = "completions"
+
+    def _parse(self, body: bytes):
+        return parse_completion_request(body)
+
+    def _check(self, completion) -> None:
+        check_completion_request(completion)
+
+    def _prompt(self, completion) -> Prompt:
+        return self.renderer.plain(completion.prompt)
+
+    def _builder(self, completion):
+        return CompletionResponseBuilder, {"echo_text": completion.prompt if completion.echo else ""}, "cmpl-"
 
 
 def _context_length(tokenizer_path: str, tokenizer) -> int:

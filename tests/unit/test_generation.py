@@ -6,9 +6,17 @@ import json
 
 import pytest
 
-from tritonchat.errors import BadRequestError
-from tritonchat.generation import Limits, max_tokens_for, plan_generation, refuse_unsupported, sampling_for
-from tritonchat.protocol import parse_chat_request
+from tritonchat.errors import BadRequestError, NotFoundError
+from tritonchat.generation import (
+    Limits,
+    ModelNames,
+    check_chat_request,
+    check_completion_request,
+    max_tokens_for,
+    plan_generations,
+    sampling_for,
+)
+from tritonchat.protocol import parse_chat_request, parse_completion_request
 from tritonchat.template import Prompt
 
 
@@ -64,29 +72,89 @@ def test_sampling_settings_use_vllm_names():
 
 
 def test_plan():
-    plan = plan_generation(request(stream=True, max_tokens=3), PROMPT, Limits(1000))
+    [plan] = plan_generations(request(stream=True, max_tokens=3), PROMPT, Limits(1000))
     assert (plan.prompt, plan.prompt_tokens, plan.max_tokens, plan.stream) == ("p", 100, 3, True)
+    assert plan.logprobs is None and plan.structured is None and plan.lora_name is None
+
+
+def test_n_choices_get_distinct_seeds():
+    plans = plan_generations(request(n=3, seed=41, max_tokens=5), PROMPT, Limits(1000))
+    assert [p.sampling["seed"] for p in plans] == [41, 42, 43]
+    assert len({id(p.sampling) for p in plans}) == 3
+    unseeded = plan_generations(request(n=2, max_tokens=5), PROMPT, Limits(1000))
+    assert all("seed" not in p.sampling for p in unseeded)
+    top = plan_generations(request(n=2, seed=2**63 - 1, max_tokens=5), PROMPT, Limits(1000))
+    assert top[1].sampling["seed"] == -(2**63)
+
+
+def test_logprobs_and_structured_output_plans():
+    [plan] = plan_generations(request(logprobs=True, top_logprobs=3, max_tokens=5), PROMPT, Limits(1000))
+    assert plan.logprobs == 3
+    [plan] = plan_generations(request(logprobs=True, max_tokens=5), PROMPT, Limits(1000))
+    assert plan.logprobs == 0
+    [plan] = plan_generations(request(response_format={"type": "json_object"}, max_tokens=5), PROMPT, Limits(1000))
+    assert plan.structured == {"json_object": True}
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    [plan] = plan_generations(request(response_format=fmt, max_tokens=5), PROMPT, Limits(1000))
+    assert plan.structured == {"json": schema}
+
+
+def test_model_names_and_lora_adapters():
+    names = ModelNames("llama", ":", ("sql", "chat"))
+    assert names.resolve(None) is None and names.resolve("") is None and names.resolve("llama") is None
+    assert names.resolve("llama:sql") == "sql"
+    with pytest.raises(NotFoundError, match="'poetry'"):
+        names.resolve("llama:poetry")
+    with pytest.raises(NotFoundError) as info:
+        names.resolve("gpt-4o")
+    assert info.value.code == "model_not_found"
+    with pytest.raises(NotFoundError):
+        ModelNames("llama").resolve("llama:sql")
 
 
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"n": 3}, "n"),
-        ({"logprobs": True}, "logprobs"),
-        ({"response_format": {"type": "json_object"}}, "response_format"),
+        ({"top_logprobs": 2}, "top_logprobs"),
         ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
         ({"tool_choice": "auto"}, "tool_choice"),
         ({"chat_template": "{{ messages }}"}, "chat_template"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
-        ({"stream": True, "stream_options": {"continuous_usage_stats": True}}, "stream_options"),
     ],
 )
-def test_unsupported_is_refused(fields, param):
+def test_chat_checks(fields, param):
     with pytest.raises(BadRequestError) as info:
-        refuse_unsupported(request(**fields))
+        check_chat_request(request(**fields))
     assert info.value.param == param
 
 
-def test_supported_passes():
-    refuse_unsupported(request(n=1, tool_choice="none", stream=True, stream_options={"include_usage": True},
-                               response_format={"type": "text"}))
+def test_chat_checks_pass():
+    check_chat_request(request(n=4, logprobs=True, top_logprobs=2, tool_choice="none", stream=True,
+                               stream_options={"include_usage": True, "continuous_usage_stats": True},
+                               response_format={"type": "json_object"}))
+    check_chat_request(request(chat_template="{{ 'x' }}"), trust_request_chat_template=True)
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": "x", "suffix": "y"}, "suffix"),
+        ({"prompt": "x", "best_of": 3}, "best_of"),
+        ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
+    ],
+)
+def test_completion_checks(fields, param):
+    with pytest.raises(BadRequestError) as info:
+        check_completion_request(parse_completion_request(json.dumps(fields)))
+    assert info.value.param == param
+
+
+def test_completion_budget_and_context():
+    completion = parse_completion_request(json.dumps({"prompt": "x"}))
+    assert max_tokens_for(completion, PROMPT, Limits(1000)) == 900
+    with pytest.raises(BadRequestError) as info:
+        max_tokens_for(completion, Prompt("p", 1000), Limits(1000))
+    assert info.value.param == "prompt"

@@ -19,6 +19,21 @@ class GenerationRequest:
     # Sampling settings under vLLM's SamplingParams names (temperature, top_p, seed, stop, ...).
     sampling: dict[str, Any] = field(default_factory=dict)
     lora_name: str | None = None
+    # Top log probabilities per generated token; None: no log probabilities at all.
+    logprobs: int | None = None
+    # Structured-output constraint, as vLLM's StructuredOutputsParams fields (json, json_object, ...).
+    structured: dict[str, Any] | None = None
+
+
+@dataclass
+class TokenLogprob:
+    """One generated token and its log probability, with the most likely alternatives."""
+
+    token_id: int
+    token: str
+    logprob: float
+    # (token id, token text, logprob, rank) of the alternatives, most likely first.
+    top: list[tuple[int, str, float, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -29,14 +44,19 @@ class GenerationOutput:
     finish_reason: str | None = None
     prompt_tokens: int | None = None
     completion_tokens: int = 0
+    logprobs: list[TokenLogprob] | None = None
 
     def merge(self, later: GenerationOutput) -> GenerationOutput:
         """This output followed by `later`, as if the backend had sent them as one."""
+        logprobs = None
+        if self.logprobs is not None or later.logprobs is not None:
+            logprobs = (self.logprobs or []) + (later.logprobs or [])
         return GenerationOutput(
             text=self.text + later.text,
             finish_reason=later.finish_reason or self.finish_reason,
             prompt_tokens=later.prompt_tokens if later.prompt_tokens is not None else self.prompt_tokens,
             completion_tokens=self.completion_tokens + later.completion_tokens,
+            logprobs=logprobs,
         )
 
 
@@ -46,6 +66,9 @@ class RequestFormat:
     name = ""
     # Whether the last response of every generation says why it stopped.
     reports_finish_reason = False
+
+    def __init__(self, structured_outputs_key: str = "structured_outputs"):
+        self.structured_outputs_key = structured_outputs_key
 
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         raise NotImplementedError

@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 
-from .base import GenerationOutput, GenerationRequest, RequestFormat
+from .base import GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
 
 _OUTPUTS = ["text_output", "finish_reason", "num_input_tokens", "num_output_tokens"]
 _TRUE = np.array([True])
@@ -26,6 +26,31 @@ def _decode(value) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def parse_logprobs(raw: str) -> list[TokenLogprob] | None:
+    """The backend's `logprobs` element: a JSON list, per new token, of
+    `{token_id: {"logprob", "rank", "decoded_token"}}` whose first entry is the sampled token."""
+    entries = json.loads(raw)
+    if entries is None:
+        return None
+    tokens = []
+    for position in entries:
+        items = [(int(token_id), v) for token_id, v in position.items()]
+        sampled_id, sampled = items[0]
+        top = sorted(
+            ((token_id, v.get("decoded_token") or "", float(v["logprob"]), int(v.get("rank") or 0)) for token_id, v in items),
+            key=lambda entry: entry[3],
+        )
+        tokens.append(
+            TokenLogprob(
+                token_id=sampled_id,
+                token=sampled.get("decoded_token") or "",
+                logprob=max(float(sampled["logprob"]), -9999.0),
+                top=top,
+            )
+        )
+    return tokens
+
+
 class VllmFormat(RequestFormat):
     name = "vllm"
     reports_finish_reason = True
@@ -34,10 +59,15 @@ class VllmFormat(RequestFormat):
         params = {"max_tokens": request.max_tokens, **request.sampling}
         if request.lora_name:
             params["lora_name"] = request.lora_name
+        if request.logprobs is not None:
+            params["logprobs"] = request.logprobs
+        if request.structured:
+            # The backend expects the constraint as a JSON string inside the JSON.
+            params[self.structured_outputs_key] = json.dumps(request.structured)
         return params
 
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
-        return {
+        inputs = {
             "text_input": _string(request.prompt),
             "stream": np.array([request.stream]),
             "exclude_input_in_output": _TRUE,
@@ -46,9 +76,12 @@ class VllmFormat(RequestFormat):
             "return_num_input_tokens": _TRUE,
             "return_num_output_tokens": _TRUE,
         }
+        if request.logprobs is not None:
+            inputs["return_logprobs"] = _TRUE
+        return inputs
 
     def requested_outputs(self, request: GenerationRequest) -> list[str]:
-        return list(_OUTPUTS)
+        return list(_OUTPUTS) + (["logprobs"] if request.logprobs is not None else [])
 
     def parse(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
         out = GenerationOutput()
@@ -65,4 +98,7 @@ class VllmFormat(RequestFormat):
         completion = outputs.get("num_output_tokens")
         if completion is not None and completion.size:
             out.completion_tokens = int(completion.reshape(-1)[0])
+        logprobs = outputs.get("logprobs")
+        if logprobs is not None and logprobs.size:
+            out.logprobs = parse_logprobs(_decode(logprobs.reshape(-1)[0]))
         return out

@@ -1,0 +1,7 @@
+"""Triton entry point of `openai_completions`; all logic lives in the installed `tritonchat` package."""
+
+from tritonchat.triton import OpenAICompletionsModel
+
+
+class TritonPythonModel(OpenAICompletionsModel):
+    """OpenAI (legacy) Completions over the same generation model as `openai_chat`."""
