@@ -5,7 +5,10 @@ Its repository holds:
   local vLLM backend (real vLLM engine on the CPU);
 - `chat_scripted`: the same `openai_chat` code calling `scripted_vllm`, a model with the
   vLLM backend's interface whose output each test scripts through the prompt;
-- `openai_chat_bls` and `chat_scripted_bls`: the same two over the BLS transport.
+- `openai_chat_bls` and `chat_scripted_bls`: the same two over the BLS transport;
+- `openai_completions` and `completions_scripted`: the Completions model in front of each.
+The vLLM model serves one LoRA adapter, `tiny-lora` (random weights), named
+`tiny-chat:tiny-lora` through `openai_chat`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT, ChatClient, add_chat_model, add_test_model, add_vllm_model
+from tests.harness import ROOT, ChatClient, add_chat_model, add_test_model, add_vllm_model, write_random_lora
 from tools.tritonlocal import TritonServer, free_port
 
 TINY_MODEL = ROOT / "build" / "tiny-chat"
@@ -41,11 +44,21 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         idle_timeout_s="3",
         cancel_check_interval_ms="50",
     )
-    add_chat_model(repo, "chat_scripted", grpc_url=grpc_url, **scripted)
+    add_chat_model(repo, "chat_scripted", grpc_url=grpc_url, trust_request_chat_template="true", **scripted)
     add_chat_model(repo, "chat_scripted_bls", transport="bls", **scripted)
-    add_vllm_model(repo, "vllm_model", tiny_model)
-    add_chat_model(repo, "openai_chat", grpc_url=grpc_url)
-    add_chat_model(repo, "openai_chat_bls", transport="bls")
+    add_chat_model(repo, "completions_scripted", source="openai_completions", grpc_url=grpc_url, **scripted)
+    lora = write_random_lora(tiny_model, tmp_path_factory.mktemp("lora") / "tiny-lora")
+    add_vllm_model(
+        repo,
+        "vllm_model",
+        tiny_model,
+        lora_adapters={"tiny-lora": lora},
+        # Keeps JSON from a random model compact (no whitespace loops) so it finishes.
+        structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
+    )
+    add_chat_model(repo, "openai_chat", grpc_url=grpc_url, lora_separator=":")
+    add_chat_model(repo, "openai_chat_bls", transport="bls", lora_separator=":")
+    add_chat_model(repo, "openai_completions", source="openai_completions", grpc_url=grpc_url, lora_separator=":")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"
     server = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log)
     server.start()
@@ -75,6 +88,16 @@ def scripted(triton, transport) -> ChatClient:
 def tiny(triton, transport) -> ChatClient:
     """`openai_chat` in front of the tiny model on vLLM, over each transport."""
     return ChatClient(triton.http_url, "openai_chat" + TRANSPORTS[transport])
+
+
+@pytest.fixture
+def completions(triton) -> ChatClient:
+    return ChatClient(triton.http_url, "openai_completions")
+
+
+@pytest.fixture
+def completions_scripted(triton) -> ChatClient:
+    return ChatClient(triton.http_url, "completions_scripted")
 
 
 @pytest.fixture

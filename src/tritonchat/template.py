@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ def load_tokenizer(path: str):
     return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
 
 
+@functools.lru_cache(maxsize=64)
 def template_iterates_content(template: str) -> bool:
     """True when the chat template loops over `message.content` (OpenAI-style content parts).
 
@@ -90,17 +92,23 @@ class PromptRenderer:
         template = getattr(tokenizer, "chat_template", None)
         if not template:
             raise ValueError("the tokenizer has no chat template")
-        if content_format == "auto":
-            content_format = "openai" if template_iterates_content(template) else "string"
-        self.content_format = content_format
+        self.configured_content_format = content_format
+        self.content_format = self._content_format(template)
         # When the template writes the BOS token and the generation model's tokenizer adds
         # it again while encoding the text, the engine would see two; drop the written one.
         bos = getattr(tokenizer, "bos_token", None)
         adds_bos = bool(bos) and tokenizer("").input_ids[:1] == [tokenizer.bos_token_id]
         self._strip_prefix = bos if adds_bos else None
 
+    def _content_format(self, template: str) -> str:
+        if self.configured_content_format != "auto":
+            return self.configured_content_format
+        return "openai" if template_iterates_content(template) else "string"
+
     def messages(self, request: ChatCompletionRequest) -> list[dict]:
-        content = _parts if self.content_format == "openai" else _text
+        template = request.chat_template
+        content_format = self._content_format(template) if template is not None else self.content_format
+        content = _parts if content_format == "openai" else _text
         out = []
         for message in request.messages:
             item: dict[str, Any] = {"role": message.role, "content": content(message.content)}

@@ -189,8 +189,9 @@ def test_bad_requests_are_400_naming_the_field(scripted, body, param, fragment):
 
 
 def test_unsupported_features_are_refused(scripted):
-    status, body = scripted.create({**user("hi"), "n": 2})
-    assert status == 400 and body["error"]["param"] == "n"
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    status, body = scripted.create({**user("hi"), "tools": tools, "tool_choice": "auto"})
+    assert status == 400 and body["error"]["param"] == "tools"
     status, body = scripted.create({**user("hi"), "stream_options": {"include_usage": True}})
     assert status == 400 and body["error"]["param"] == "stream_options"
 

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 import requests
 
+from tests.harness import write_random_lora
 from tools.tritonlocal import TritonServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,38 +55,6 @@ def local_tiny_model(tmp_path_factory) -> Path:
     """tools/make_tiny_model.py built into this module's temporary directory."""
     out = tmp_path_factory.mktemp("tiny") / "model"
     subprocess.run([sys.executable, str(ROOT / "tools" / "make_tiny_model.py"), "--out", str(out)], check=True)
-    return out
-
-
-def write_random_lora(base: Path, out: Path, rank: int = 8) -> Path:
-    """A PEFT-format LoRA adapter (q_proj, v_proj) with random weights for the tiny Llama."""
-    import torch
-    from safetensors.torch import save_file
-
-    config = json.loads((base / "config.json").read_text())
-    hidden = config["hidden_size"]
-    kv_width = config["num_key_value_heads"] * (hidden // config["num_attention_heads"])
-    generator = torch.Generator().manual_seed(1)
-    tensors = {}
-    for layer in range(config["num_hidden_layers"]):
-        for module, width in (("q_proj", hidden), ("v_proj", kv_width)):
-            prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden, generator=generator) * 0.5
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(width, rank, generator=generator) * 0.5
-    out.mkdir(parents=True)
-    save_file(tensors, str(out / "adapter_model.safetensors"))
-    adapter_config = {
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "r": rank,
-        "lora_alpha": 2 * rank,
-        "lora_dropout": 0.0,
-        "target_modules": ["q_proj", "v_proj"],
-        "bias": "none",
-        "fan_in_fan_out": False,
-        "base_model_name_or_path": str(base),
-    }
-    (out / "adapter_config.json").write_text(json.dumps(adapter_config))
     return out
 
 
