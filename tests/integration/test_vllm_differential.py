@@ -1,0 +1,105 @@
+"""`openai_chat` against vLLM's own OpenAI server, on the same tiny model files, greedy.
+
+The same conversations must give the same content, finish_reason and usage: that checks
+the prompt (chat template, content parts, no doubled BOS), the token budget, stop strings
+and the token counts end to end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+
+from tools.tritonlocal import free_port, server_env
+
+pytestmark = pytest.mark.integration
+
+CASES = {
+    "system and user": {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there!"}]},
+    "multi-turn": {
+        "messages": [
+            {"role": "user", "content": "Name a river."},
+            {"role": "assistant", "content": "The Nile."},
+            {"role": "user", "content": "And a mountain?"},
+        ]
+    },
+    "text parts": {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Part one."}, {"type": "text", "text": "Part two."}]}]
+    },
+    "developer role": {"messages": [{"role": "developer", "content": "Answer in French."}, {"role": "user", "content": "Hello"}]},
+    "unicode": {"messages": [{"role": "user", "content": "  leading spaces, 中文, emoji 🎉"}]},
+    "max tokens": {"messages": [{"role": "user", "content": "Count to ten."}], "max_tokens": 5},
+    "ignore eos": {"messages": [{"role": "user", "content": "Go on."}], "max_tokens": 30, "ignore_eos": True},
+}
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tiny_model, tmp_path_factory):
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("vllm_openai") / "server.log"
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(tiny_model), "--served-model-name", "tiny-chat",
+        "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+        "--gpu-memory-utilization", "0.1", "--host", "127.0.0.1", "--port", str(port),
+    ]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=server_env(), start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"vLLM's server exited:\n{log_path.read_text()[-3000:]}")
+            try:
+                if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"vLLM's server did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        os.killpg(process.pid, 15)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+
+
+def vllm_chat(url: str, request: dict) -> dict:
+    response = requests.post(f"{url}/v1/chat/completions", json={"model": "tiny-chat", **request}, timeout=120)
+    response.raise_for_status()
+    return response.json()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_same_answer_as_vllms_server(vllm_server, triton, case):
+    from tests.harness import ChatClient
+
+    request = {"temperature": 0, "max_tokens": 24, **CASES[case]}
+    reference = vllm_chat(vllm_server, request)
+    _, ours = ChatClient(triton.http_url, "openai_chat").create(request)
+    assert ours["choices"][0]["message"]["content"] == reference["choices"][0]["message"]["content"]
+    assert ours["choices"][0]["finish_reason"] == reference["choices"][0]["finish_reason"]
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert ours["usage"][key] == reference["usage"][key], key
+
+
+def test_same_stop_string_handling(vllm_server, triton):
+    from tests.harness import ChatClient
+
+    base = {"temperature": 0, "max_tokens": 24, "ignore_eos": True, **CASES["system and user"]}
+    text = vllm_chat(vllm_server, base)["choices"][0]["message"]["content"]
+    stop = next(text[i : i + 2] for i in range(5, len(text) - 2) if text[i : i + 2].strip())
+    reference = vllm_chat(vllm_server, {**base, "stop": [stop]})
+    _, ours = ChatClient(triton.http_url, "openai_chat").create({**base, "stop": [stop]})
+    assert ours["choices"][0]["message"]["content"] == reference["choices"][0]["message"]["content"]
+    assert ours["choices"][0]["finish_reason"] == reference["choices"][0]["finish_reason"] == "stop"
+    assert ours["usage"] == {k: reference["usage"][k] for k in ours["usage"]}
