@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
+
+from tritonchat.repository import set_parameter
 
 ROOT = Path(__file__).resolve().parent.parent
 TEST_MODELS = Path(__file__).resolve().parent / "models"
@@ -21,15 +22,6 @@ TINY_ENGINE_ARGS = {
     "max_model_len": 2048,
     "served_model_name": "tiny-chat",
 }
-
-
-def set_parameter(config: str, key: str, value: str) -> str:
-    """Set (or add) `parameters { key: ... }` in config.pbtxt text."""
-    pattern = re.compile(r'parameters\s*\{\s*key:\s*"' + re.escape(key) + r'".*?\}\s*\}', re.S)
-    entry = f'parameters {{ key: "{key}", value: {{ string_value: "{value}" }} }}'
-    if pattern.search(config):
-        return pattern.sub(entry, config, count=1)
-    return config.rstrip() + "\n" + entry + "\n"
 
 
 def add_chat_model(repo: Path, name: str, source: str = "openai_chat", **parameters: str) -> Path:

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 from pathlib import Path
+
+CHAT_MODELS = ("openai_chat", "openai_completions")
 
 
 def parse_engine_arg(item: str) -> tuple[str, object]:
@@ -28,6 +31,15 @@ def parse_engine_arg(item: str) -> tuple[str, object]:
         return key, raw
 
 
+def set_parameter(config: str, key: str, value: str) -> str:
+    """Set (or add) `parameters { key: ... }` in config.pbtxt text."""
+    pattern = re.compile(r'parameters\s*\{\s*key:\s*"' + re.escape(key) + r'".*?\}\s*\}', re.S)
+    entry = f'parameters {{ key: "{key}", value: {{ string_value: "{value}" }} }}'
+    if pattern.search(config):
+        return pattern.sub(lambda _: entry, config, count=1)
+    return config.rstrip() + "\n" + entry + "\n"
+
+
 def prepare_repository(
     src: Path,
     dst: Path,
@@ -37,8 +49,10 @@ def prepare_repository(
     engine_args: dict | None = None,
     vllm_model: str = "vllm_model",
     only: list[str] | None = None,
+    chat_parameters: dict[str, str] | None = None,
 ) -> Path:
-    """Copy `src` to `dst` (replacing it) and rewrite `<vllm_model>/1/model.json`."""
+    """Copy `src` to `dst` (replacing it), rewrite `<vllm_model>/1/model.json`, and set
+    `chat_parameters` in the chat and completions models' config.pbtxt."""
     if dst.exists():
         shutil.rmtree(dst)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -55,6 +69,13 @@ def prepare_repository(
             args["served_model_name"] = served_model_name
         args.update(engine_args or {})
         model_json.write_text(json.dumps(args, indent=2) + "\n")
+    for name in CHAT_MODELS:
+        config_path = dst / name / "config.pbtxt"
+        if chat_parameters and config_path.is_file():
+            config = config_path.read_text()
+            for key, value in chat_parameters.items():
+                config = set_parameter(config, key, value)
+            config_path.write_text(config)
     return dst
 
 
@@ -67,9 +88,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--engine-arg", action="append", default=[], type=parse_engine_arg, help="vLLM engine argument key=value"
     )
+    parser.add_argument(
+        "--chat-parameter", action="append", default=[], type=parse_engine_arg,
+        help="config.pbtxt parameter key=value of openai_chat and openai_completions (e.g. grpc_url=localhost:9001)",
+    )
     args = parser.parse_args(argv)
     dst = prepare_repository(
-        args.src, args.dst, model=args.model, served_model_name=args.served_model_name, engine_args=dict(args.engine_arg)
+        args.src,
+        args.dst,
+        model=args.model,
+        served_model_name=args.served_model_name,
+        engine_args=dict(args.engine_arg),
+        chat_parameters={k: str(v) for k, v in args.chat_parameter},
     )
     print(dst)
 

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 import yaml
 
-from tests.harness import ROOT, set_parameter
-from tritonchat.repository import main, parse_engine_arg, prepare_repository
+from tests.harness import ROOT
+from tritonchat.repository import main, parse_engine_arg, prepare_repository, set_parameter
 
 REPO = ROOT / "model_repository"
 
 
-def test_openai_chat_contract():
-    config = (REPO / "openai_chat" / "config.pbtxt").read_text()
+@pytest.mark.parametrize("model", ["openai_chat", "openai_completions"])
+def test_openai_model_contract(model):
+    config = (REPO / model / "config.pbtxt").read_text()
     assert 'backend: "python"' in config
     assert "max_batch_size: 0" in config
     assert re.search(r"model_transaction_policy\s*\{\s*decoupled:\s*true\s*\}", config)
@@ -39,9 +41,12 @@ def test_prepare_repository(tmp_path):
 
 
 def test_prepare_repository_command(tmp_path, capsys):
-    main(["--src", str(REPO), "--dst", str(tmp_path / "r"), "--model", "/m", "--engine-arg", "enforce_eager=true"])
+    main(["--src", str(REPO), "--dst", str(tmp_path / "r"), "--model", "/m", "--engine-arg", "enforce_eager=true",
+          "--chat-parameter", "grpc_url=localhost:9101"])
     args = json.loads((tmp_path / "r" / "vllm_model" / "1" / "model.json").read_text())
     assert args["enforce_eager"] is True and args["model"] == "/m"
+    for model in ("openai_chat", "openai_completions"):
+        assert 'key: "grpc_url", value: { string_value: "localhost:9101" }' in (tmp_path / "r" / model / "config.pbtxt").read_text()
     assert parse_engine_arg("tokenizer_mode=auto") == ("tokenizer_mode", "auto")
 
 
