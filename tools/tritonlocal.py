@@ -162,14 +162,21 @@ class TritonServer:
         return "\n--- server log (tail) ---\n" + "\n".join(lines)
 
     def stop(self, timeout: float = 60.0) -> None:
-        if self.process is None or self.process.poll() is not None:
+        if self.process is None:
             return
-        os.killpg(self.process.pid, signal.SIGINT)
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        # Model stubs (and vLLM engine processes) that outlived the server are in its
+        # process group: end them too, so nothing keeps running or holding shared memory.
         try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
             os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        except ProcessLookupError:
+            pass
+        self.process.wait()
 
     def __enter__(self) -> TritonServer:
         self.start()
