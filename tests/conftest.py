@@ -6,7 +6,9 @@ Its repository holds:
 - `chat_scripted`: the same `openai_chat` code calling `scripted_vllm`, a model with the
   vLLM backend's interface whose output each test scripts through the prompt;
 - `openai_chat_bls` and `chat_scripted_bls`: the same two over the BLS transport;
-- `openai_completions` and `completions_scripted`: the Completions model in front of each.
+- `openai_completions` and `completions_scripted`: the Completions model in front of each;
+- `chat_tools`: `openai_chat` with the hermes tool-call and qwen3 reasoning parsers, in
+  front of the scripted model.
 The vLLM model serves one LoRA adapter, `tiny-lora` (random weights), named
 `tiny-chat:tiny-lora` through `openai_chat`.
 """
@@ -47,6 +49,7 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     add_chat_model(repo, "chat_scripted", grpc_url=grpc_url, trust_request_chat_template="true", **scripted)
     add_chat_model(repo, "chat_scripted_bls", transport="bls", **scripted)
     add_chat_model(repo, "completions_scripted", source="openai_completions", grpc_url=grpc_url, **scripted)
+    add_chat_model(repo, "chat_tools", grpc_url=grpc_url, tool_call_parser="hermes", reasoning_parser="qwen3", **scripted)
     lora = write_random_lora(tiny_model, tmp_path_factory.mktemp("lora") / "tiny-lora")
     add_vllm_model(
         repo,
@@ -98,6 +101,11 @@ def completions(triton) -> ChatClient:
 @pytest.fixture
 def completions_scripted(triton) -> ChatClient:
     return ChatClient(triton.http_url, "completions_scripted")
+
+
+@pytest.fixture
+def chat_tools(triton) -> ChatClient:
+    return ChatClient(triton.http_url, "chat_tools")
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .parsers.base import get_reasoning_parser, get_tool_parser
+
 log = logging.getLogger(__name__)
 
 REQUEST_FORMATS = ("vllm",)
@@ -38,6 +40,9 @@ class Settings:
     trust_request_chat_template: str = "false"
     structured_outputs_key: str = "structured_outputs"
     lora_separator: str = ""
+    tool_call_parser: str = ""
+    reasoning_parser: str = ""
+    reasoning_field: str = "reasoning_content"
     cancel_check_interval_ms: int = 100
     responder_threads: int = 4
     idle_timeout_s: float = 600.0
@@ -73,6 +78,15 @@ class Settings:
             )
         if settings.transport not in TRANSPORTS:
             raise ConfigError(f"parameter 'transport' must be one of {', '.join(TRANSPORTS)}; got {settings.transport!r}")
+        for key, lookup in (("tool_call_parser", get_tool_parser), ("reasoning_parser", get_reasoning_parser)):
+            name = getattr(settings, key)
+            if name:
+                try:
+                    lookup(name)
+                except ValueError as exc:
+                    raise ConfigError(f"parameter {key!r}: {exc}") from None
+        if settings.reasoning_field not in ("reasoning_content", "reasoning"):
+            raise ConfigError("parameter 'reasoning_field' must be reasoning_content or reasoning")
         if settings.chat_template_content_format not in ("auto", "string", "openai"):
             raise ConfigError("parameter 'chat_template_content_format' must be auto, string or openai")
         return settings._resolve(Path(model_repository) if model_repository else None)

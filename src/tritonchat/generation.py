@@ -59,10 +59,6 @@ def check_chat_request(request: ChatCompletionRequest, *, trust_request_chat_tem
     _check_common(request)
     if request.top_logprobs and not request.logprobs:
         raise BadRequestError("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
-    if request.tools and request.tool_choice != "none":
-        raise BadRequestError("Tool calling is not supported; send 'tool_choice': 'none' or no tools.", param="tools")
-    if request.tool_choice not in (None, "none"):
-        raise BadRequestError("'tool_choice' other than 'none' is not supported.", param="tool_choice")
     if request.chat_template is not None and not trust_request_chat_template:
         raise BadRequestError(
             "A per-request 'chat_template' is not allowed by this server (see its 'trust_request_chat_template').",
@@ -139,9 +135,16 @@ def structured_output_for(request: _GenerationFields) -> dict | None:
     return {"json": schema if schema is not None else {}}
 
 
-def plan_generations(request: _GenerationFields, prompt: Prompt, limits: Limits, lora_name: str | None = None) -> list[GenerationRequest]:
+def plan_generations(
+    request: _GenerationFields,
+    prompt: Prompt,
+    limits: Limits,
+    lora_name: str | None = None,
+    structured: dict | None = None,
+) -> list[GenerationRequest]:
     """One generation per choice. With a seed, choice i uses seed + i, so choices differ but
-    the whole response stays reproducible."""
+    the whole response stays reproducible. `structured` (from tool_choice) overrides
+    `response_format`."""
     base = GenerationRequest(
         prompt=prompt.text,
         prompt_tokens=prompt.num_tokens,
@@ -150,7 +153,7 @@ def plan_generations(request: _GenerationFields, prompt: Prompt, limits: Limits,
         sampling=sampling_for(request),
         lora_name=lora_name,
         logprobs=request.top_logprobs_count,
-        structured=structured_output_for(request),
+        structured=structured or structured_output_for(request),
     )
     generations = [base]
     for i in range(1, request.choices):

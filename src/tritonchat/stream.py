@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .backends import GenerationOutput, TokenLogprob
+from .choice_text import ChoiceText
+from .parsers.base import Delta, ToolCall, ToolCallDelta
 
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -35,6 +37,7 @@ def _utf8(token_id: int, text: str) -> list[int]:
 
 @dataclass
 class ChoiceState:
+    parser: ChoiceText | None = None  # reasoning / tool-call parsing of this choice's text
     text: list[str] = field(default_factory=list)
     logprobs: list[TokenLogprob] = field(default_factory=list)
     started: bool = False
@@ -149,27 +152,36 @@ class ResponseBuilder:
 
 
 class ChatResponseBuilder(ResponseBuilder):
-    """`chat.completion.chunk` and `chat.completion`."""
+    """`chat.completion.chunk` and `chat.completion`, with reasoning and tool calls when the
+    choice's text is parsed (`choice_text`)."""
 
     chunk_object = "chat.completion.chunk"
     object = "chat.completion"
+
+    def __init__(
+        self,
+        *,
+        choice_text: Callable[[], ChoiceText] | None = None,
+        reasoning_field: str = "reasoning_content",
+        calls_finish_reason: str | None = "tool_calls",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.reasoning_field = reasoning_field
+        # The finish_reason of a choice that made tool calls (None: the engine's own).
+        self.calls_finish_reason = calls_finish_reason
+        if choice_text is not None:
+            for state in self.choices:
+                state.parser = choice_text()
 
     def stream_output(self, index: int, output: GenerationOutput) -> list[str]:
         """The chunks that one (possibly merged) output of choice `index` adds to the stream."""
         state = self.choices[index]
         self._account(state, output)
         chunks = self.stream_role(index)
-        if output.text or output.logprobs:
-            chunks.append(
-                self._chunk(
-                    {
-                        "index": index,
-                        "delta": {"content": output.text},
-                        "logprobs": self._logprobs(output.logprobs),
-                        "finish_reason": None,
-                    }
-                )
-            )
+        delta = state.parser.feed(output.text) if state.parser is not None else Delta(content=output.text)
+        if delta or output.logprobs:
+            chunks.append(self._delta_chunk(index, delta, output.logprobs))
         return chunks
 
     def stream_role(self, index: int) -> list[str]:
@@ -181,11 +193,30 @@ class ChatResponseBuilder(ResponseBuilder):
         return [self._chunk({"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None})]
 
     def stream_finish(self, index: int) -> list[str]:
-        """The role chunk if nothing was sent yet, then the one chunk carrying `finish_reason`."""
+        """Whatever the parsers held back, then the one chunk carrying `finish_reason`."""
         state = self.choices[index]
         chunks = self.stream_role(index)
+        if state.parser is not None:
+            delta = state.parser.finish()
+            if delta:
+                chunks.append(self._delta_chunk(index, delta, None))
         chunks.append(self._chunk({"index": index, "delta": {}, "logprobs": None, "finish_reason": self._finish(state)}))
         return chunks
+
+    def _delta_chunk(self, index: int, delta: Delta, logprobs: list[TokenLogprob] | None) -> str:
+        body: dict = {}
+        if delta.reasoning:
+            body[self.reasoning_field] = delta.reasoning
+        if delta.content or not (delta.reasoning or delta.tool_calls):
+            body["content"] = delta.content
+        if delta.tool_calls:
+            body["tool_calls"] = [_call_delta(piece) for piece in delta.tool_calls]
+        return self._chunk({"index": index, "delta": body, "logprobs": self._logprobs(logprobs), "finish_reason": None})
+
+    def _finish(self, state: ChoiceState) -> str:
+        if state.parser is not None and state.parser.calls and self.calls_finish_reason:
+            return self.calls_finish_reason
+        return openai_finish_reason(state.finish_reason)
 
     def completion(self) -> str:
         choices = []
@@ -193,7 +224,7 @@ class ChatResponseBuilder(ResponseBuilder):
             choices.append(
                 {
                     "index": index,
-                    "message": {"role": "assistant", "content": "".join(state.text), "refusal": None},
+                    "message": self._message(state),
                     "logprobs": self._logprobs(state.logprobs) if self.top_logprobs is not None else None,
                     "finish_reason": self._finish(state),
                 }
@@ -210,6 +241,19 @@ class ChatResponseBuilder(ResponseBuilder):
             }
         )
 
+    def _message(self, state: ChoiceState) -> dict:
+        text = "".join(state.text)
+        if state.parser is None:
+            return {"role": "assistant", "content": text, "refusal": None}
+        parsed = state.parser.parse(text)
+        content = parsed.content if parsed.content is not None else (None if parsed.tool_calls else "")
+        message = {"role": "assistant", "content": content, "refusal": None}
+        if parsed.tool_calls:
+            message["tool_calls"] = [_call(call) for call in parsed.tool_calls]
+        if state.parser.reasoning is not None:
+            message[self.reasoning_field] = parsed.reasoning
+        return message
+
     def _logprobs(self, tokens: list[TokenLogprob] | None) -> dict | None:
         if self.top_logprobs is None or tokens is None:
             return None
@@ -225,6 +269,22 @@ class ChatResponseBuilder(ResponseBuilder):
                 for token_id, text, logprob, _rank in self._top(token)
             ],
         }
+
+
+def _call(call: ToolCall) -> dict:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def _call_delta(piece: ToolCallDelta) -> dict:
+    """First piece of a call: index, id, type and the whole name; later: argument fragments only."""
+    if piece.id is not None:
+        return {
+            "index": piece.index,
+            "id": piece.id,
+            "type": "function",
+            "function": {"name": piece.name, "arguments": piece.arguments},
+        }
+    return {"index": piece.index, "function": {"arguments": piece.arguments}}
 
 
 class CompletionResponseBuilder(ResponseBuilder):

@@ -43,6 +43,7 @@ from .responder import RequestState, Responder
 from .stream import ChatResponseBuilder, CompletionResponseBuilder
 from .template import Prompt, PromptRenderer, load_tokenizer
 from .tokens import TokenBytes
+from .tools import plan_tools, prompt_opens_reasoning
 
 log = logging.getLogger("tritonchat")
 
@@ -257,8 +258,8 @@ class _OpenAIModel:
         """Runs in a worker thread (rendering a long conversation takes a while)."""
         raise NotImplementedError
 
-    def _builder(self, openai_request) -> tuple[type, dict, str]:
-        """(response builder class, its extra arguments, id prefix)."""
+    def _builder(self, openai_request, prompt: Prompt) -> tuple[type, dict, str, dict | None]:
+        """(response builder class, its extra arguments, id prefix, structured-output constraint)."""
         raise NotImplementedError
 
     async def _start(self, request, sink: TritonSink) -> None:
@@ -268,8 +269,8 @@ class _OpenAIModel:
         self._check(openai_request)
         loop = asyncio.get_running_loop()
         prompt = await loop.run_in_executor(self._render_pool, self._prompt, openai_request)
-        builder_class, builder_args, id_prefix = self._builder(openai_request)
-        generations = plan_generations(openai_request, prompt, self.limits, lora_name)
+        builder_class, builder_args, id_prefix, structured = self._builder(openai_request, prompt)
+        generations = plan_generations(openai_request, prompt, self.limits, lora_name, structured)
         builder = builder_class(
             completion_id=id_prefix + (request_id or uuid.uuid4().hex),
             created=int(time.time()),
@@ -357,8 +358,19 @@ class OpenAIChatModel(_OpenAIModel):
     def _prompt(self, chat) -> Prompt:
         return self.renderer.render(chat)
 
-    def _builder(self, chat):
-        return ChatResponseBuilder, {}, "chatcmpl-"
+    def _builder(self, chat, prompt: Prompt):
+        plan = plan_tools(
+            chat,
+            tool_call_parser=self.settings.tool_call_parser,
+            reasoning_parser=self.settings.reasoning_parser,
+            starts_in_reasoning=prompt_opens_reasoning(prompt.text),
+        )
+        builder_args = {
+            "choice_text": plan.choice_text,
+            "calls_finish_reason": plan.calls_finish_reason,
+            "reasoning_field": self.settings.reasoning_field,
+        }
+        return ChatResponseBuilder, builder_args, "chatcmpl-", plan.structured
 
 
 class OpenAICompletionsModel(_OpenAIModel):
@@ -375,8 +387,8 @@ class OpenAICompletionsModel(_OpenAIModel):
     def _prompt(self, completion) -> Prompt:
         return self.renderer.plain(completion.prompt)
 
-    def _builder(self, completion):
-        return CompletionResponseBuilder, {"echo_text": completion.prompt if completion.echo else ""}, "cmpl-"
+    def _builder(self, completion, prompt: Prompt):
+        return CompletionResponseBuilder, {"echo_text": completion.prompt if completion.echo else ""}, "cmpl-", None
 
 
 def _context_length(tokenizer_path: str, tokenizer) -> int:

@@ -117,8 +117,6 @@ def test_model_names_and_lora_adapters():
     ("fields", "param"),
     [
         ({"top_logprobs": 2}, "top_logprobs"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
-        ({"tool_choice": "auto"}, "tool_choice"),
         ({"chat_template": "{{ messages }}"}, "chat_template"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),
     ],

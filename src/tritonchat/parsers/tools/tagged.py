@@ -1,0 +1,80 @@
+"""Content in which each group of tool calls opens with a marker tag."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from ..base import ToolParser
+from ..text import could_become, split_at_tag
+
+
+class TaggedCallsParser(ToolParser):
+    """Text is content until `open_tag`; what follows it is read by the subclass
+    (`_read_calls`), which hands back to content with `_end_calls` or `_give_up`.
+
+    Whitespace alone between or after calls is dropped (models put newlines there); any
+    other text there is content, whitespace included. A tag split across pieces is held
+    back until it is complete, and released as content as soon as it cannot be one.
+    """
+
+    open_tag: ClassVar[str]
+
+    def __init__(self, tools: list[dict] | None = None, make_id: Callable[[], str] | None = None) -> None:
+        super().__init__(tools, make_id)
+        self._pending = ""  # text received and not yet accounted for
+        self._in_calls = False
+        self._after_calls = False
+
+    def _consume(self, text: str, final: bool) -> None:
+        self._pending += text
+        while self._step(final):
+            pass
+
+    def _step(self, final: bool) -> bool:
+        """Make progress; False when more text is needed."""
+        if self._in_calls:
+            return self._read_calls(final)
+        if self._after_calls:
+            return self._skip_whitespace_after_calls(final)
+        return self._read_content(final)
+
+    def _read_content(self, final: bool) -> bool:
+        before, tag, rest = split_at_tag(self._pending, self.open_tag)
+        if final and tag is None:
+            before, rest = self._pending, ""
+        self._emit_content(before)
+        self._pending = rest
+        if tag is None:
+            return False
+        self._in_calls = True
+        self._start_calls()
+        return True
+
+    def _skip_whitespace_after_calls(self, final: bool) -> bool:
+        stripped = self._pending.lstrip()
+        if stripped.startswith(self.open_tag):
+            self._pending = stripped
+        elif not stripped and final:
+            self._pending = ""
+            return False
+        elif could_become(stripped, self.open_tag) and not final:
+            return False
+        self._after_calls = False
+        return True
+
+    # For subclasses.
+
+    def _start_calls(self) -> None:
+        """`open_tag` was just read; `_pending` holds what follows it."""
+
+    def _read_calls(self, final: bool) -> bool:
+        raise NotImplementedError
+
+    def _end_calls(self) -> None:
+        self._in_calls, self._after_calls = False, True
+
+    def _give_up(self, raw: str) -> None:
+        """What was read since the tag is not a call after all: it is content, and so is what follows."""
+        self._emit_content(raw)
+        self._in_calls, self._after_calls = False, False

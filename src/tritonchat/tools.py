@@ -1,0 +1,244 @@
+"""`tools`, `tool_choice` and `parallel_tool_calls`: what to constrain and how to read the output.
+
+- `none` (or no tools): the text is content (tools still reach the chat template).
+- `auto` (the default with tools): free generation, read by the configured tool-call parser;
+  finish_reason `tool_calls` when calls were found.
+- named `{"type": "function", "function": {"name": ...}}`: generation constrained to that
+  function's parameters schema; the whole output is its arguments; finish_reason `stop`.
+- `required`: generation constrained to a JSON array of one or more `{name, parameters}`
+  objects over the given tools; finish_reason `tool_calls`.
+`parallel_tool_calls: false` allows one call: the array schema takes at most one item, and
+in `auto` mode only the first call found is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .choice_text import ChoiceText
+from .errors import BadRequestError
+from .parsers.base import Delta, ReasoningParser, ToolParser, get_reasoning_parser, get_tool_parser
+from .parsers.tools.json_call import JsonCall, settle_call, stream_call
+from .protocol import ChatCompletionRequest, NamedToolChoice
+
+_WHITESPACE = " \t\r\n"
+
+
+class NamedToolParser(ToolParser):
+    """The output is the arguments of one known function (generation was constrained to them)."""
+
+    def __init__(self, name: str, make_id: Callable[[], str] | None = None):
+        super().__init__(None, make_id)
+        self.name = name
+        self._index: int | None = None
+
+    def _consume(self, text: str, final: bool) -> None:
+        if self._index is None and (text or final):
+            self._index = self._open_call(self.name)
+        if text:
+            self._emit_arguments(self._index, text)
+
+    def parse(self, text: str):
+        fresh = NamedToolParser(self.name, self._make_id)
+        fresh.feed(text)
+        fresh.finish()
+        return None, fresh.calls
+
+
+class RequiredToolParser(ToolParser):
+    """The output is a JSON array of `{"name": ..., "parameters": {...}}` (constrained)."""
+
+    def __init__(self, tools: list[dict] | None = None, make_id: Callable[[], str] | None = None):
+        super().__init__(tools, make_id)
+        self._pending = ""
+        self._stage = self._read_open
+        self._call = JsonCall()
+        self._index: int | None = None
+
+    def _consume(self, text: str, final: bool) -> None:
+        self._pending += text
+        while self._stage(final):
+            pass
+
+    def _read_open(self, final: bool) -> bool:
+        stripped = self._pending.lstrip(_WHITESPACE)
+        if not stripped:
+            return False
+        if stripped[0] != "[":
+            self._stage = self._ignore
+            return False
+        self._pending = stripped[1:]
+        self._stage = self._read_between
+        return True
+
+    def _read_between(self, final: bool) -> bool:
+        stripped = self._pending.lstrip(_WHITESPACE + ",")
+        if not stripped:
+            self._pending = ""
+            return False
+        if stripped[0] == "{":
+            self._pending = stripped
+            self._call, self._index = JsonCall(), None
+            self._stage = self._read_call
+            return True
+        self._stage = self._ignore  # "]" or anything after the array
+        return False
+
+    def _read_call(self, final: bool) -> bool:
+        call = self._call
+        call.append(self._pending)
+        self._pending = ""
+        self._index = stream_call(self, call, self._index)
+        if not (call.finished or final):
+            return False
+        settle_call(self, call, self._index)
+        self._pending = call.leftover()
+        self._stage = self._read_between
+        return True
+
+    def _ignore(self, final: bool) -> bool:
+        self._pending = ""
+        return False
+
+    def parse(self, text: str):
+        fresh = RequiredToolParser(self.tools, self._make_id)
+        fresh.feed(text)
+        fresh.finish()
+        return None, fresh.calls
+
+
+class FirstCallOnly(ToolParser):
+    """`parallel_tool_calls: false` in `auto` mode: keep the first call a parser finds."""
+
+    def __init__(self, inner: ToolParser):
+        super().__init__(inner.tools)
+        self.inner = inner
+
+    @property
+    def calls(self):  # type: ignore[override]
+        return self.inner.calls[:1]
+
+    @calls.setter
+    def calls(self, value) -> None:  # the base class assigns it once
+        pass
+
+    def feed(self, text: str) -> Delta:
+        return self._first(self.inner.feed(text))
+
+    def finish(self) -> Delta:
+        return self._first(self.inner.finish())
+
+    @staticmethod
+    def _first(delta: Delta) -> Delta:
+        delta.tool_calls = [piece for piece in delta.tool_calls if piece.index == 0]
+        return delta
+
+
+@dataclass
+class ToolPlan:
+    structured: dict | None  # constraint for the engine, if tool_choice needs one
+    choice_text: Callable[[], ChoiceText] | None  # per choice, how to read the text
+    calls_finish_reason: str | None  # finish_reason when calls were made (None: the engine's)
+
+
+def _functions(request: ChatCompletionRequest) -> dict[str, dict]:
+    return {tool.function.name: tool.function.model_dump(exclude_none=True) for tool in request.tools or []}
+
+
+def required_schema(functions: dict[str, dict], one_call: bool) -> dict:
+    schema = {
+        "type": "array",
+        "minItems": 1,
+        "items": {
+            "type": "object",
+            "anyOf": [
+                {
+                    "properties": {
+                        "name": {"type": "string", "enum": [name]},
+                        "parameters": function.get("parameters") or {"type": "object", "properties": {}},
+                    },
+                    "required": ["name", "parameters"],
+                }
+                for name, function in functions.items()
+            ],
+        },
+    }
+    if one_call:
+        schema["maxItems"] = 1
+    return schema
+
+
+def plan_tools(
+    request: ChatCompletionRequest,
+    *,
+    tool_call_parser: str,
+    reasoning_parser: str,
+    starts_in_reasoning: bool,
+) -> ToolPlan:
+    """Check the tool fields (400 naming the field) and decide constraint and parsing."""
+    functions = _functions(request)
+    choice = request.tool_choice
+    if request.tools is not None and not request.tools:
+        raise BadRequestError("'tools' must not be empty; leave it out instead.", param="tools")
+    if choice is not None and not request.tools and choice != "none":
+        raise BadRequestError("'tool_choice' needs 'tools'.", param="tool_choice")
+    if choice is None:
+        choice = "auto" if functions else "none"
+    one_call = request.parallel_tool_calls is False
+    constrained = isinstance(choice, NamedToolChoice) or choice == "required"
+    if constrained and request.response_format is not None and request.response_format.type != "text":
+        raise BadRequestError("'response_format' cannot be combined with a named or required 'tool_choice'.", param="response_format")
+
+    reasoning_class = get_reasoning_parser(reasoning_parser) if reasoning_parser else None
+    structured = None
+    finish = "tool_calls"
+    if isinstance(choice, NamedToolChoice):
+        name = choice.function.name
+        if name not in functions:
+            raise BadRequestError(f"The tool {name!r} in 'tool_choice' is not in 'tools'.", param="tool_choice")
+        structured = {"json": functions[name].get("parameters") or {"type": "object", "properties": {}}}
+        finish = None
+
+        def make_tools() -> ToolParser | None:
+            return NamedToolParser(name)
+    elif choice == "required":
+        structured = {"json": required_schema(functions, one_call)}
+
+        def make_tools() -> ToolParser | None:
+            return RequiredToolParser(request_tools(request))
+    elif choice == "auto":
+        if not tool_call_parser:
+            raise BadRequestError(
+                "This server does not parse tool calls ('tool_call_parser' is not set): use tool_choice 'none', "
+                "'required' or a named function.",
+                param="tool_choice",
+            )
+        parser_class = get_tool_parser(tool_call_parser)
+
+        def make_tools() -> ToolParser | None:
+            parser = parser_class(request_tools(request))
+            return FirstCallOnly(parser) if one_call else parser
+    else:
+
+        def make_tools() -> ToolParser | None:
+            return None
+
+    if reasoning_class is None and choice == "none":
+        return ToolPlan(structured=None, choice_text=None, calls_finish_reason=None)
+
+    def make_choice_text() -> ChoiceText:
+        reasoning: ReasoningParser | None = reasoning_class(starts_in_reasoning) if reasoning_class else None
+        return ChoiceText(reasoning, make_tools())
+
+    return ToolPlan(structured=structured, choice_text=make_choice_text, calls_finish_reason=finish)
+
+
+def request_tools(request: ChatCompletionRequest) -> list[dict]:
+    return [tool.model_dump(exclude_none=True) for tool in request.tools or []]
+
+
+def prompt_opens_reasoning(prompt: str, open_tag: str = "<think>", close_tag: str = "</think>") -> bool:
+    """Whether the rendered prompt leaves a reasoning block open for the model to continue."""
+    opened = prompt.rfind(open_tag)
+    return opened >= 0 and prompt.rfind(close_tag) < opened

@@ -1,0 +1,208 @@
+"""Tool calls and reasoning through real tritonserver: the scripted model writes exactly what
+a Qwen-style model would, and `chat_tools` parses it (hermes + qwen3); named and required
+tool choices also run on the tiny model in vLLM with generation constrained."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from tests.harness import script
+
+pytestmark = pytest.mark.integration
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "enum": ["Oslo", "Lima"]}, "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+            "required": ["city", "days"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+
+REASONING = "Let me check the weather."
+CONTENT = "Checking now."
+CALLS_TEXT = (
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>'
+)
+OUTPUT = f"<think>\n{REASONING}\n</think>\n\n{CONTENT}\n{CALLS_TEXT}"
+
+
+def pieces(text: str, size: int = 3) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def ask(output: str, **fields) -> dict:
+    return {"messages": [{"role": "user", "content": script(chunks=pieces(output), interval_ms=1)}], "tools": [WEATHER, TIME], **fields}
+
+
+def collect_stream(chunks: list[dict]) -> dict:
+    reasoning, content, calls, finishes = "", "", {}, []
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk)
+        for choice in chunk["choices"]:
+            delta = choice["delta"]
+            reasoning += delta.get("reasoning_content") or ""
+            content += delta.get("content") or ""
+            for piece in delta.get("tool_calls") or []:
+                if "id" in piece:
+                    assert piece["index"] == len(calls) and piece["type"] == "function"
+                    assert piece["function"]["name"]
+                    calls[piece["index"]] = {"id": piece["id"], "name": piece["function"]["name"], "arguments": ""}
+                else:
+                    assert set(piece) == {"index", "function"} and set(piece["function"]) == {"arguments"}
+                calls[piece["index"]]["arguments"] += piece["function"].get("arguments", "")
+            if choice["finish_reason"]:
+                finishes.append(choice["finish_reason"])
+    return {"reasoning": reasoning, "content": content, "calls": list(calls.values()), "finishes": finishes}
+
+
+def test_auto_tool_calls_and_reasoning_whole(chat_tools):
+    status, body = chat_tools.create(ask(OUTPUT))
+    assert status == 200
+    ChatCompletion.model_validate(body)
+    choice = body["choices"][0]
+    message = choice["message"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert message["reasoning_content"].strip() == REASONING
+    assert message["content"].strip() == CONTENT
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
+        ("get_weather", {"city": "Oslo", "days": 2}), ("get_time", {})]
+    assert len({c["id"] for c in message["tool_calls"]}) == 2
+
+
+def test_auto_tool_calls_and_reasoning_streamed(chat_tools):
+    _, whole = chat_tools.create(ask(OUTPUT))
+    result = chat_tools.stream({**ask(OUTPUT), "stream": True})
+    assert result.error is None
+    seen = collect_stream(result.chunks)
+    assert seen["finishes"] == ["tool_calls"]
+    message = whole["choices"][0]["message"]
+    assert seen["reasoning"] == message["reasoning_content"]
+    assert seen["content"] == message["content"]
+    assert [(c["name"], c["arguments"]) for c in seen["calls"]] == [
+        (c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
+    for text in (seen["reasoning"], seen["content"]):
+        assert "<tool" not in text and "<think" not in text and "</" not in text
+
+
+def test_plain_answer_with_tools_offered(chat_tools):
+    _, body = chat_tools.create(ask("Just sunny."))
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["choices"][0]["message"]["content"] == "Just sunny."
+    assert "tool_calls" not in body["choices"][0]["message"]
+
+
+def test_tool_choice_none_does_not_parse(chat_tools):
+    _, body = chat_tools.create(ask(CALLS_TEXT, tool_choice="none"))
+    assert body["choices"][0]["message"]["content"] == CALLS_TEXT
+    assert body["choices"][0]["finish_reason"] == "stop"
+
+
+def test_parallel_tool_calls_false_keeps_the_first(chat_tools):
+    _, body = chat_tools.create(ask(OUTPUT, parallel_tool_calls=False))
+    assert [c["function"]["name"] for c in body["choices"][0]["message"]["tool_calls"]] == ["get_weather"]
+    result = chat_tools.stream({**ask(OUTPUT, parallel_tool_calls=False), "stream": True})
+    assert [c["name"] for c in collect_stream(result.chunks)["calls"]] == ["get_weather"]
+
+
+def test_named_tool_choice(chat_tools):
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    arguments = '{"city": "Lima", "days": 3}'
+    _, body = chat_tools.create(ask(arguments, tool_choice=named))
+    message = body["choices"][0]["message"]
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert message["content"] is None
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]] == [("get_weather", arguments)]
+    result = chat_tools.stream({**ask(arguments, tool_choice=named), "stream": True})
+    seen = collect_stream(result.chunks)
+    assert [(c["name"], c["arguments"]) for c in seen["calls"]] == [("get_weather", arguments)] and seen["finishes"] == ["stop"]
+    # ... and generation was constrained to the function's parameters.
+    _, echoed = chat_tools.create({**ask("x", tool_choice=named), "messages": [{"role": "user", "content": script(echo_request=True)}]})
+    params = json.loads(echoed["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])["sampling_parameters"]
+    assert json.loads(params["structured_outputs"]) == {"json": WEATHER["function"]["parameters"]}
+
+
+def test_required_tool_choice(chat_tools):
+    output = '[{"name": "get_time", "parameters": {}}, {"name": "get_weather", "parameters": {"city": "Oslo", "days": 1}}]'
+    _, body = chat_tools.create(ask(output, tool_choice="required"))
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    calls = body["choices"][0]["message"]["tool_calls"]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [
+        ("get_time", {}), ("get_weather", {"city": "Oslo", "days": 1})]
+    result = chat_tools.stream({**ask(output, tool_choice="required"), "stream": True})
+    seen = collect_stream(result.chunks)
+    assert [(c["name"], c["arguments"]) for c in seen["calls"]] == [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+    assert seen["finishes"] == ["tool_calls"]
+
+
+def test_tool_history_reaches_the_template(chat_tools):
+    messages = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo", "days": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "-3 C"},
+        {"role": "user", "content": script(echo_request=True)},
+    ]
+    _, body = chat_tools.create({"messages": messages, "tools": [WEATHER], "tool_choice": "none"})
+    prompt = json.loads(body["choices"][0]["message"]["content"])["inputs"]["text_input"][0]
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 1}}\n</tool_call>' in prompt
+    assert "<tool_response>\n-3 C\n</tool_response>" in prompt
+    assert "\"name\": \"get_weather\"" in prompt.split("<tools>")[-1]
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"tool_choice": "required", "tools": None}, "tool_choice"),
+        ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
+        ({"tools": []}, "tools"),
+    ],
+)
+def test_tool_mistakes(chat_tools, fields, param):
+    request = {**ask("x"), **fields}
+    if request.get("tools") is None:
+        request.pop("tools")
+    status, body = chat_tools.create(request)
+    assert status == 400 and body["error"]["param"] == param
+
+
+def test_auto_needs_a_parser(tiny):
+    status, body = tiny.create({"messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER]})
+    assert status == 400 and body["error"]["param"] == "tool_choice"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_named_tool_on_the_engine(tiny, stream):
+    request = {"messages": [{"role": "user", "content": "Weather?"}], "tools": [WEATHER, TIME], "temperature": 0,
+               "max_tokens": 64, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}
+    if stream:
+        calls = collect_stream(tiny.stream({**request, "stream": True}).chunks)["calls"]
+        arguments = calls[0]["arguments"]
+    else:
+        _, body = tiny.create(request)
+        assert body["choices"][0]["finish_reason"] == "stop"
+        arguments = body["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    jsonschema.validate(json.loads(arguments), WEATHER["function"]["parameters"])
+
+
+def test_required_tools_on_the_engine(tiny):
+    request = {"messages": [{"role": "user", "content": "Weather?"}], "tools": [WEATHER, TIME], "temperature": 0,
+               "max_tokens": 96, "tool_choice": "required", "parallel_tool_calls": False}
+    _, body = tiny.create(request)
+    assert body["choices"][0]["finish_reason"] == "tool_calls"
+    calls = body["choices"][0]["message"]["tool_calls"]
+    assert calls
+    for call in calls:
+        schema = {"get_weather": WEATHER, "get_time": TIME}[call["function"]["name"]]["function"]["parameters"]
+        jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
