@@ -141,6 +141,7 @@ def plan_generations(
     limits: Limits,
     lora_name: str | None = None,
     structured: dict | None = None,
+    extra_sampling: dict | None = None,
 ) -> list[GenerationRequest]:
     """One generation per choice. With a seed, choice i uses seed + i, so choices differ but
     the whole response stays reproducible. `structured` (from tool_choice) overrides
@@ -150,7 +151,7 @@ def plan_generations(
         prompt_tokens=prompt.num_tokens,
         max_tokens=max_tokens_for(request, prompt, limits),
         stream=request.is_stream,
-        sampling=sampling_for(request),
+        sampling={**sampling_for(request), **(extra_sampling or {})},
         lora_name=lora_name,
         logprobs=request.top_logprobs_count,
         structured=structured or structured_output_for(request),

@@ -140,6 +140,7 @@ class ToolPlan:
     structured: dict | None  # constraint for the engine, if tool_choice needs one
     choice_text: Callable[[], ChoiceText] | None  # per choice, how to read the text
     calls_finish_reason: str | None  # finish_reason when calls were made (None: the engine's)
+    sampling: dict | None = None  # sampling parameters the parsing needs
 
 
 def _functions(request: ChatCompletionRequest) -> dict[str, dict]:
@@ -192,6 +193,7 @@ def plan_tools(
 
     reasoning_class = get_reasoning_parser(reasoning_parser) if reasoning_parser else None
     structured = None
+    sampling = None
     finish = "tool_calls"
     if isinstance(choice, NamedToolChoice):
         name = choice.function.name
@@ -215,6 +217,8 @@ def plan_tools(
                 param="tool_choice",
             )
         parser_class = get_tool_parser(tool_call_parser)
+        if parser_class.needs_special_tokens:
+            sampling = {"skip_special_tokens": False}
 
         def make_tools() -> ToolParser | None:
             parser = parser_class(request_tools(request))
@@ -231,7 +235,7 @@ def plan_tools(
         reasoning: ReasoningParser | None = reasoning_class(starts_in_reasoning) if reasoning_class else None
         return ChoiceText(reasoning, make_tools())
 
-    return ToolPlan(structured=structured, choice_text=make_choice_text, calls_finish_reason=finish)
+    return ToolPlan(structured=structured, choice_text=make_choice_text, calls_finish_reason=finish, sampling=sampling)
 
 
 def request_tools(request: ChatCompletionRequest) -> list[dict]:

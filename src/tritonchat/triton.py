@@ -258,8 +258,9 @@ class _OpenAIModel:
         """Runs in a worker thread (rendering a long conversation takes a while)."""
         raise NotImplementedError
 
-    def _builder(self, openai_request, prompt: Prompt) -> tuple[type, dict, str, dict | None]:
-        """(response builder class, its extra arguments, id prefix, structured-output constraint)."""
+    def _builder(self, openai_request, prompt: Prompt) -> tuple[type, dict, str, dict | None, dict | None]:
+        """(response builder class, its extra arguments, id prefix, structured-output constraint,
+        extra sampling parameters)."""
         raise NotImplementedError
 
     async def _start(self, request, sink: TritonSink) -> None:
@@ -269,8 +270,8 @@ class _OpenAIModel:
         self._check(openai_request)
         loop = asyncio.get_running_loop()
         prompt = await loop.run_in_executor(self._render_pool, self._prompt, openai_request)
-        builder_class, builder_args, id_prefix, structured = self._builder(openai_request, prompt)
-        generations = plan_generations(openai_request, prompt, self.limits, lora_name, structured)
+        builder_class, builder_args, id_prefix, structured, sampling = self._builder(openai_request, prompt)
+        generations = plan_generations(openai_request, prompt, self.limits, lora_name, structured, sampling)
         builder = builder_class(
             completion_id=id_prefix + (request_id or uuid.uuid4().hex),
             created=int(time.time()),
@@ -370,7 +371,7 @@ class OpenAIChatModel(_OpenAIModel):
             "calls_finish_reason": plan.calls_finish_reason,
             "reasoning_field": self.settings.reasoning_field,
         }
-        return ChatResponseBuilder, builder_args, "chatcmpl-", plan.structured
+        return ChatResponseBuilder, builder_args, "chatcmpl-", plan.structured, plan.sampling
 
 
 class OpenAICompletionsModel(_OpenAIModel):
@@ -388,7 +389,7 @@ class OpenAICompletionsModel(_OpenAIModel):
         return self.renderer.plain(completion.prompt)
 
     def _builder(self, completion, prompt: Prompt):
-        return CompletionResponseBuilder, {"echo_text": completion.prompt if completion.echo else ""}, "cmpl-", None
+        return CompletionResponseBuilder, {"echo_text": completion.prompt if completion.echo else ""}, "cmpl-", None, None
 
 
 def _context_length(tokenizer_path: str, tokenizer) -> int:

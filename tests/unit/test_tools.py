@@ -141,3 +141,8 @@ def test_prompt_opens_reasoning():
 def test_required_schema_without_parameters():
     schema = required_schema({"f": {"name": "f"}}, one_call=False)
     assert schema["items"]["anyOf"][0]["properties"]["parameters"] == {"type": "object", "properties": {}}
+
+
+def test_mistral_keeps_special_tokens_in_the_text():
+    assert plan(request(tools=[WEATHER]), parser="mistral").sampling == {"skip_special_tokens": False}
+    assert plan(request(tools=[WEATHER]), parser="hermes").sampling is None

@@ -96,6 +96,10 @@ class ToolParser(_StreamingParser):
     `_open_call` (once per call, with its complete name) and `_emit_arguments`.
     """
 
+    # True when the call markers are special tokens, which the engine must then keep in
+    # the text it returns (sampling parameter skip_special_tokens=false).
+    needs_special_tokens = False
+
     def __init__(self, tools: list[dict] | None = None, make_id: Callable[[], str] | None = None) -> None:
         super().__init__()
         self.tools = list(tools or [])

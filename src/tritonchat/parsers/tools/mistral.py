@@ -36,6 +36,7 @@ _ARRAY_SEPARATORS = " \t\r\n,"
 @register_tool_parser("mistral")
 class MistralToolParser(TaggedCallsParser):
     open_tag = TOOL_CALLS
+    needs_special_tokens = True  # [TOOL_CALLS] is a special token
 
     @staticmethod
     def default_make_id() -> str:
