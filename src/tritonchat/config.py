@@ -17,7 +17,7 @@ from .parsers.base import get_reasoning_parser, get_tool_parser
 
 log = logging.getLogger(__name__)
 
-REQUEST_FORMATS = ("vllm",)
+REQUEST_FORMATS = ("vllm", "trtllm", "tensorrt_llm")
 TRANSPORTS = ("grpc", "bls")
 
 
@@ -40,6 +40,14 @@ class Settings:
     trust_request_chat_template: str = "false"
     structured_outputs_key: str = "structured_outputs"
     lora_separator: str = ""
+    # TensorRT-LLM formats: input names that changed between releases, what the model
+    # returns, special ids (-1: the tokenizer's), LoRA task ids ("name:id,name:id").
+    trtllm_seed_input: str = "seed"
+    trtllm_min_tokens_input: str = "min_tokens"
+    trtllm_token_counts: str = "true"
+    end_id: int = -1
+    pad_id: int = -1
+    lora_task_ids: str = ""
     tool_call_parser: str = ""
     reasoning_parser: str = ""
     reasoning_field: str = "reasoning_content"
@@ -53,7 +61,17 @@ class Settings:
 
     @property
     def trusts_request_chat_template(self) -> bool:
-        return self.trust_request_chat_template.lower() in ("1", "true", "yes")
+        return _true(self.trust_request_chat_template)
+
+    @property
+    def lora_task_id_map(self) -> dict[str, int]:
+        mapping = {}
+        for item in filter(None, (part.strip() for part in self.lora_task_ids.split(","))):
+            name, sep, task_id = item.rpartition(":")
+            if not sep or not name or not task_id.isdigit():
+                raise ConfigError(f"parameter 'lora_task_ids' must look like 'name:1,other:2'; got {item!r}")
+            mapping[name] = int(task_id)
+        return mapping
 
     @classmethod
     def from_parameters(cls, parameters: dict[str, str], model_repository: str | Path | None) -> Settings:
@@ -103,14 +121,19 @@ class Settings:
         if not served:
             served = self.target_model
         max_len = self.max_model_len or int(engine_args.get("max_model_len") or 0)
+        adapters = read_lora_adapters(engine_args, version_dir) or tuple(self.lora_task_id_map)
         return replace(
             self,
             tokenizer=str(tokenizer),
             served_model_name=str(served),
             max_model_len=max_len,
             target_engine_args=engine_args,
-            lora_adapters=read_lora_adapters(engine_args, version_dir),
+            lora_adapters=adapters,
         )
+
+
+def _true(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes")
 
 
 def _first(value):

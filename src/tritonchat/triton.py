@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .backends import FORMATS, GenerationRequest, RequestFormat
+from .backends import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
 from .config import Settings, flatten_parameters
 from .errors import (
     BadRequestError,
@@ -118,19 +118,23 @@ class TritonSink:
         return self._request.is_cancelled()
 
 
-def read_bls(responder: Responder, state: RequestState, index: int, iterator, request_format: RequestFormat) -> None:
+def read_bls(responder: Responder, state: RequestState, index: int, iterator, decoder: Decoder) -> None:
     """Thread body: one BLS response stream, handed to the responder response by response."""
     try:
         for response in iterator:
             if state.done:
-                break
+                return
             if response.has_error():
                 raise error_from_backend(response.error())
             tensors = response.output_tensors()
             if tensors:  # (a flag-only FINAL from the generation model has none)
-                responder.output(state, index, request_format.parse({t.name(): t.as_numpy() for t in tensors}))
-        else:
-            responder.end(state, index)
+                responder.output(state, index, decoder.decode({t.name(): t.as_numpy() for t in tensors}))
+            if decoder.finished:
+                cancel = getattr(iterator, "cancel", None)
+                if cancel is not None:
+                    cancel()
+                break
+        _end(responder, state, index, decoder)
     except OpenAIError as error:
         responder.fail(state, error)
     except Exception as exc:  # noqa: BLE001  (every failure must end the request)
@@ -139,7 +143,7 @@ def read_bls(responder: Responder, state: RequestState, index: int, iterator, re
 
 
 async def read_grpc(responder: Responder, state: RequestState, index: int, transport: GrpcTransport, call,
-                    request_format: RequestFormat) -> None:
+                    decoder: Decoder) -> None:
     """Coroutine: one gRPC response stream, handed to the responder response by response."""
     try:
         async for outputs, _final in transport.responses(call):
@@ -147,13 +151,23 @@ async def read_grpc(responder: Responder, state: RequestState, index: int, trans
                 call.cancel()
                 return
             if outputs:
-                responder.output(state, index, request_format.parse(outputs))
-        responder.end(state, index)
+                responder.output(state, index, decoder.decode(outputs))
+            if decoder.finished:
+                call.cancel()
+                break
+        _end(responder, state, index, decoder)
     except OpenAIError as error:
         responder.fail(state, error)
     except Exception as exc:  # noqa: BLE001
         log.exception("%s: gRPC stream %d failed", state.name, index)
         responder.fail(state, InternalError(f"The generation stream failed: {exc}"))
+
+
+def _end(responder: Responder, state: RequestState, index: int, decoder: Decoder) -> None:
+    rest = decoder.end()
+    if rest is not None:
+        responder.output(state, index, rest)
+    responder.end(state, index)
 
 
 class _OpenAIModel:
@@ -182,7 +196,18 @@ class _OpenAIModel:
             default_max_tokens=self.settings.default_max_tokens,
         )
         self.names = ModelNames(self.settings.served_model_name, self.settings.lora_separator, self.settings.lora_adapters)
-        self.request_format: RequestFormat = FORMATS[self.settings.request_format](self.settings.structured_outputs_key)
+        self.request_format: RequestFormat = FORMATS[self.settings.request_format](
+            FormatOptions(
+                structured_outputs_key=self.settings.structured_outputs_key,
+                tokenizer=tokenizer,
+                seed_input=self.settings.trtllm_seed_input,
+                min_tokens_input=self.settings.trtllm_min_tokens_input,
+                token_count_outputs=self.settings.trtllm_token_counts.lower() in ("1", "true", "yes"),
+                end_id=self.settings.end_id if self.settings.end_id >= 0 else None,
+                pad_id=self.settings.pad_id if self.settings.pad_id >= 0 else None,
+                lora_task_ids=self.settings.lora_task_id_map,
+            )
+        )
         fingerprint_source = f"{__version__}|{self.settings.served_model_name}|{self.settings.target_model}"
         self.system_fingerprint = "fp_" + hashlib.sha256(fingerprint_source.encode()).hexdigest()[:10]
         self._render_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-render")
@@ -272,6 +297,8 @@ class _OpenAIModel:
         prompt = await loop.run_in_executor(self._render_pool, self._prompt, openai_request)
         builder_class, builder_args, id_prefix, structured, sampling = self._builder(openai_request, prompt)
         generations = plan_generations(openai_request, prompt, self.limits, lora_name, structured, sampling)
+        for generation in generations:
+            self.request_format.check(generation)
         builder = builder_class(
             completion_id=id_prefix + (request_id or uuid.uuid4().hex),
             created=int(time.time()),
@@ -312,8 +339,8 @@ class _OpenAIModel:
                 state.add_cancel_hook(lambda call=call: loop.call_soon_threadsafe(call.cancel))
                 calls.append(call)
             self.responder.start(state)
-            for index, call in enumerate(calls):
-                self._spawn(loop, read_grpc(self.responder, state, index, self.grpc, call, fmt))
+            for index, (call, generation) in enumerate(zip(calls, generations)):
+                self._spawn(loop, read_grpc(self.responder, state, index, self.grpc, call, fmt.decoder(generation)))
             return
         iterators = await asyncio.gather(
             *(self._bls(generation, request_id).async_exec(decoupled=True) for generation in generations)
@@ -323,9 +350,12 @@ class _OpenAIModel:
             if cancel is not None:
                 state.add_cancel_hook(cancel)
         self.responder.start(state)
-        for index, iterator in enumerate(iterators):
+        for index, (iterator, generation) in enumerate(zip(iterators, generations)):
             threading.Thread(
-                target=read_bls, args=(self.responder, state, index, iterator, fmt), daemon=True, name="chat-bls-read"
+                target=read_bls,
+                args=(self.responder, state, index, iterator, fmt.decoder(generation)),
+                daemon=True,
+                name="chat-bls-read",
             ).start()
 
     def _bls(self, generation: GenerationRequest, request_id: str):

@@ -60,6 +60,39 @@ class GenerationOutput:
         )
 
 
+@dataclass
+class FormatOptions:
+    """What a request format needs to know about the deployment (config parameters)."""
+
+    structured_outputs_key: str = "structured_outputs"
+    tokenizer: Any = None
+    # TensorRT-LLM: input names that changed between releases, ids, capabilities.
+    seed_input: str = "seed"
+    min_tokens_input: str = "min_tokens"
+    token_count_outputs: bool = True
+    end_id: int | None = None
+    pad_id: int | None = None
+    lora_task_ids: dict[str, int] = field(default_factory=dict)
+
+
+class Decoder:
+    """Reads one generation stream's responses, in order. `finished` turns true when the text
+    itself ended the generation (a stop string matched here), so the caller stops reading."""
+
+    finished = False
+
+    def __init__(self, request_format: RequestFormat, request: GenerationRequest):
+        self.format = request_format
+        self.request = request
+
+    def decode(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
+        return self.format.parse(outputs)
+
+    def end(self) -> GenerationOutput | None:
+        """What is left when the stream ends (held-back text, an inferred finish reason)."""
+        return None
+
+
 class RequestFormat:
     """Maps a `GenerationRequest` to a generation model's input tensors, and its outputs back."""
 
@@ -67,8 +100,15 @@ class RequestFormat:
     # Whether the last response of every generation says why it stopped.
     reports_finish_reason = False
 
-    def __init__(self, structured_outputs_key: str = "structured_outputs"):
-        self.structured_outputs_key = structured_outputs_key
+    def __init__(self, options: FormatOptions | None = None):
+        self.options = options or FormatOptions()
+
+    @property
+    def structured_outputs_key(self) -> str:
+        return self.options.structured_outputs_key
+
+    def check(self, request: GenerationRequest) -> None:
+        """Raise BadRequestError for what this generation model cannot do."""
 
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         raise NotImplementedError
@@ -78,3 +118,6 @@ class RequestFormat:
 
     def parse(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
         raise NotImplementedError
+
+    def decoder(self, request: GenerationRequest) -> Decoder:
+        return Decoder(self, request)

@@ -1,0 +1,298 @@
+"""Request formats of NVIDIA's TensorRT-LLM Triton models.
+
+`trtllm`: the `ensemble` / `tensorrt_llm_bls` interface. Text in, text out; every tensor
+has a batch dimension (`[1, 1]`); sampling settings are separate tensors with fixed
+dtypes; the streamed `text_output` is whatever the postprocessing model decoded for the
+new token(s) (decoded alone: spaces and multi-byte characters can be lost, a known
+limitation of those models); the stream ends with an empty FINAL response.
+
+`tensorrt_llm`: the `tensorrt_llm` model itself, with token ids. This format tokenizes
+the prompt, decodes the streamed ids incrementally (spaces and multi-byte characters come
+out right) and counts tokens exactly, so the preprocessing/postprocessing hops disappear.
+
+Neither reports why generation stopped: stop strings are cut out here (the engine keeps a
+stop word in its output), and the reason is `stop` unless the token budget ran out.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from ..errors import BadRequestError, NotFoundError
+from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
+from .text import IncrementalDetokenizer, StopStrings
+
+# vLLM sampling names -> (TensorRT-LLM input, dtype); both formats.
+_SAMPLING_INPUTS = {
+    "temperature": ("temperature", np.float32),
+    "repetition_penalty": ("repetition_penalty", np.float32),
+    "presence_penalty": ("presence_penalty", np.float32),
+    "frequency_penalty": ("frequency_penalty", np.float32),
+}
+# Request fields these models cannot honour, by vLLM sampling name -> OpenAI field.
+_UNSUPPORTED = {"min_p": "min_p", "logit_bias": "logit_bias", "ignore_eos": "ignore_eos"}
+
+
+def _one(value, dtype) -> np.ndarray:
+    return np.array([[value]], dtype=dtype)
+
+
+def _string(value: str) -> np.ndarray:
+    return np.array([[value.encode("utf-8")]], dtype=np.object_)
+
+
+def _text(value) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _first_int(array: np.ndarray | None) -> int | None:
+    return int(array.reshape(-1)[0]) if array is not None and array.size else None
+
+
+class _TensorRtLlmBase(RequestFormat):
+    reports_finish_reason = False
+    top_k_input = "top_k"
+    top_p_input = "top_p"
+
+    def check(self, request: GenerationRequest) -> None:
+        for key, field in _UNSUPPORTED.items():
+            if key in request.sampling:
+                raise BadRequestError(f"'{field}' is not supported by this TensorRT-LLM model.", param=field)
+        if request.lora_name and request.lora_name not in self.options.lora_task_ids:
+            raise NotFoundError(f"The LoRA adapter {request.lora_name!r} has no task id configured.")
+
+    def _common_inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
+        sampling = request.sampling
+        inputs: dict[str, np.ndarray] = {}
+        for key, (name, dtype) in _SAMPLING_INPUTS.items():
+            if key in sampling:
+                inputs[name] = _one(sampling[key], dtype)
+        if "top_k" in sampling and sampling["top_k"] > 0:
+            inputs[self.top_k_input] = _one(sampling["top_k"], np.int32)
+        if "top_p" in sampling:
+            inputs[self.top_p_input] = _one(sampling["top_p"], np.float32)
+        if "min_tokens" in sampling:
+            inputs[self.options.min_tokens_input] = _one(sampling["min_tokens"], np.int32)
+        if "seed" in sampling:
+            inputs[self.options.seed_input] = _one(sampling["seed"] % 2**64, np.uint64)
+        if self.options.end_id is not None:
+            inputs["end_id"] = _one(self.options.end_id, np.int32)
+        if self.options.pad_id is not None:
+            inputs["pad_id"] = _one(self.options.pad_id, np.int32)
+        inputs["exclude_input_in_output"] = _one(True, np.bool_)
+        if request.structured:
+            guide_type, guide = guided_decoding(request.structured)
+            inputs["guided_decoding_guide_type"] = _string(guide_type)
+            inputs["guided_decoding_guide"] = _string(guide)
+        if request.lora_name:
+            inputs["lora_task_id"] = _one(self.options.lora_task_ids[request.lora_name], np.uint64)
+        return inputs
+
+
+def guided_decoding(structured: dict) -> tuple[str, str]:
+    """A vLLM-style structured-output constraint as TensorRT-LLM's guide type and guide."""
+    if structured.get("json_object"):
+        return "json", ""
+    if "json" in structured:
+        schema = structured["json"]
+        return "json_schema", schema if isinstance(schema, str) else json.dumps(schema)
+    raise BadRequestError("This structured-output constraint is not supported by TensorRT-LLM.", param="response_format")
+
+
+class TrtllmFormat(_TensorRtLlmBase):
+    """NVIDIA's `ensemble` / `tensorrt_llm_bls` models."""
+
+    name = "trtllm"
+
+    def check(self, request: GenerationRequest) -> None:
+        super().check(request)
+        if "stop_token_ids" in request.sampling:
+            raise BadRequestError("'stop_token_ids' is not supported by this TensorRT-LLM model.", param="stop_token_ids")
+        if request.logprobs is not None:
+            raise BadRequestError("'logprobs' is not supported with the ensemble interface.", param="logprobs")
+
+    def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
+        inputs = {
+            "text_input": _string(request.prompt),
+            "max_tokens": _one(request.max_tokens, np.int32),
+            "stream": _one(request.stream, np.bool_),
+            **self._common_inputs(request),
+        }
+        stops = request.sampling.get("stop")
+        if stops:
+            inputs["stop_words"] = np.array([[stop.encode("utf-8") for stop in stops]], dtype=np.object_)
+        if self.options.token_count_outputs:
+            inputs["return_num_input_tokens"] = _one(True, np.bool_)
+            inputs["return_num_output_tokens"] = _one(True, np.bool_)
+        return inputs
+
+    def requested_outputs(self, request: GenerationRequest) -> list[str]:
+        outputs = ["text_output"]
+        if self.options.token_count_outputs:
+            outputs += ["num_input_tokens", "num_output_tokens"]
+        return outputs
+
+    def parse(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
+        out = GenerationOutput()
+        text = outputs.get("text_output")
+        if text is not None and text.size:
+            out.text = "".join(_text(value) for value in text.reshape(-1))
+        out.prompt_tokens = _first_int(outputs.get("num_input_tokens"))
+        out.completion_tokens = _first_int(outputs.get("num_output_tokens")) or 0
+        return out
+
+    def decoder(self, request: GenerationRequest) -> Decoder:
+        return _TrtllmDecoder(self, request)
+
+
+class _BudgetDecoder(Decoder):
+    """Cuts stop strings and infers the finish reason from the token budget."""
+
+    def __init__(self, request_format: RequestFormat, request: GenerationRequest):
+        super().__init__(request_format, request)
+        self.stops = StopStrings(request.sampling.get("stop"))
+        self.stop_token_seen = False
+        self.completion_tokens = 0
+
+    @property
+    def finished(self) -> bool:  # type: ignore[override]
+        return self.stops.matched or self.stop_token_seen
+
+    def _finish_reason(self) -> str:
+        if self.finished:
+            return "stop"
+        return "length" if self.completion_tokens >= self.request.max_tokens else "stop"
+
+
+class _TrtllmDecoder(_BudgetDecoder):
+    def decode(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
+        out = self.format.parse(outputs)
+        if "num_output_tokens" not in outputs and outputs.get("text_output") is not None:
+            # Models without token counts: a streamed response is one token; a whole text is counted.
+            if self.request.stream:
+                out.completion_tokens = 1
+            elif self.format.options.tokenizer is not None:
+                out.completion_tokens = len(self.format.options.tokenizer(out.text, add_special_tokens=False).input_ids)
+        self.completion_tokens += out.completion_tokens
+        out.text = self.stops.push(out.text)
+        if self.stops.matched:
+            out.finish_reason = "stop"
+        return out
+
+    def end(self) -> GenerationOutput | None:
+        return GenerationOutput(text=self.stops.flush(), finish_reason=self._finish_reason())
+
+
+class TensorRtLlmFormat(_TensorRtLlmBase):
+    """NVIDIA's `tensorrt_llm` model (the C++ TensorRT-LLM backend), with token ids."""
+
+    name = "tensorrt_llm"
+    top_k_input = "runtime_top_k"
+    top_p_input = "runtime_top_p"
+
+    def check(self, request: GenerationRequest) -> None:
+        super().check(request)
+        if self.options.tokenizer is None:
+            raise BadRequestError("The tensorrt_llm request format needs a tokenizer.")
+        if request.logprobs:
+            raise BadRequestError("'top_logprobs' is not supported by TensorRT-LLM (only the chosen token's).", param="top_logprobs")
+
+    def _end_id(self) -> int | None:
+        if self.options.end_id is not None:
+            return self.options.end_id
+        return getattr(self.options.tokenizer, "eos_token_id", None)
+
+    def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
+        tokenizer = self.options.tokenizer
+        ids = tokenizer(request.prompt).input_ids
+        inputs = {
+            "input_ids": np.array([ids], dtype=np.int32),
+            "input_lengths": _one(len(ids), np.int32),
+            "request_output_len": _one(request.max_tokens, np.int32),
+            "streaming": _one(request.stream, np.bool_),
+            **self._common_inputs(request),
+        }
+        end_id = self._end_id()
+        if end_id is not None:
+            inputs.setdefault("end_id", _one(end_id, np.int32))
+            pad_id = getattr(tokenizer, "pad_token_id", None)
+            inputs.setdefault("pad_id", _one(pad_id if pad_id is not None else end_id, np.int32))
+        words = [tokenizer(stop, add_special_tokens=False).input_ids for stop in request.sampling.get("stop") or []]
+        words += [[token] for token in request.sampling.get("stop_token_ids") or []]
+        if words:
+            inputs["stop_words_list"] = stop_words_list(words)
+        if request.logprobs is not None:
+            inputs["return_log_probs"] = _one(True, np.bool_)
+        return inputs
+
+    def requested_outputs(self, request: GenerationRequest) -> list[str]:
+        outputs = ["output_ids", "sequence_length"]
+        if request.logprobs is not None:
+            outputs.append("output_log_probs")
+        return outputs
+
+    def decoder(self, request: GenerationRequest) -> Decoder:
+        return _TensorRtLlmDecoder(self, request)
+
+
+def stop_words_list(words: list[list[int]]) -> np.ndarray:
+    """TensorRT-LLM's stop words tensor, [1, 2, L]: the words' ids concatenated, then the
+    cumulative end offset of each word, padded with -1."""
+    flat = [token for word in words for token in word]
+    offsets, end = [], 0
+    for word in words:
+        end += len(word)
+        offsets.append(end)
+    width = max(len(flat), len(offsets))
+    rows = [flat + [-1] * (width - len(flat)), offsets + [-1] * (width - len(offsets))]
+    return np.array([rows], dtype=np.int32)
+
+
+class _TensorRtLlmDecoder(_BudgetDecoder):
+    def __init__(self, request_format: TensorRtLlmFormat, request: GenerationRequest):
+        super().__init__(request_format, request)
+        self.tokenizer = request_format.options.tokenizer
+        self.text = IncrementalDetokenizer(self.tokenizer)
+        self.stop_token_ids = set(request.sampling.get("stop_token_ids") or [])
+
+    def decode(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
+        ids = self._new_ids(outputs)
+        if self.stop_token_ids:
+            for position, token in enumerate(ids):
+                if token in self.stop_token_ids:
+                    ids = ids[:position]
+                    self.stop_token_seen = True
+                    break
+        self.completion_tokens += len(ids)
+        out = GenerationOutput(prompt_tokens=self.request.prompt_tokens, completion_tokens=len(ids))
+        text = self.text.push(ids)
+        if self.stop_token_seen:  # a stop token ended it: nothing more will come
+            text += self.text.flush()
+        out.text = self.stops.push(text)
+        logprobs = outputs.get("output_log_probs")
+        if self.request.logprobs is not None:
+            values = logprobs.reshape(-1)[-len(ids):] if logprobs is not None and len(ids) else []
+            out.logprobs = [
+                TokenLogprob(token_id=token, token=self.tokenizer.decode([token]), logprob=float(value))
+                for token, value in zip(ids, values)
+            ]
+        if self.finished:
+            out.finish_reason = "stop"
+        return out
+
+    @staticmethod
+    def _new_ids(outputs: dict[str, np.ndarray]) -> list[int]:
+        output_ids = outputs.get("output_ids")
+        if output_ids is None or not output_ids.size:
+            return []
+        ids = output_ids.reshape(-1, output_ids.shape[-1])[0]  # first (only) beam
+        length = _first_int(outputs.get("sequence_length"))
+        if length is not None and 0 <= length <= len(ids):
+            ids = ids[:length]
+        return [int(token) for token in ids if token >= 0]
+
+    def end(self) -> GenerationOutput | None:
+        rest = self.stops.push(self.text.flush())
+        return GenerationOutput(text=rest + self.stops.flush(), finish_reason=self._finish_reason())
