@@ -8,7 +8,10 @@ Its repository holds:
 - `openai_chat_bls` and `chat_scripted_bls`: the same two over the BLS transport;
 - `openai_completions` and `completions_scripted`: the Completions model in front of each;
 - `chat_tools`: `openai_chat` with the hermes tool-call and qwen3 reasoning parsers, in
-  front of the scripted model.
+  front of the scripted model;
+- `ensemble` and `tensorrt_llm`: stand-ins with the interfaces of NVIDIA's TensorRT-LLM
+  models, and `chat_trtllm` / `chat_tensorrt_llm`: `openai_chat` in front of each with the
+  `trtllm` and `tensorrt_llm` request formats (and `chat_tensorrt_llm_bls` over BLS).
 The vLLM model serves one LoRA adapter, `tiny-lora` (random weights), named
 `tiny-chat:tiny-lora` through `openai_chat`.
 """
@@ -17,14 +20,38 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from tests.harness import ROOT, ChatClient, add_chat_model, add_test_model, add_vllm_model, write_random_lora
+from tritonchat.repository import set_parameter
 from tools.tritonlocal import TritonServer, free_port
 
 TINY_MODEL = ROOT / "build" / "tiny-chat"
+
+
+@dataclass(frozen=True)
+class Route:
+    """One way `openai_chat` reaches a scripted generation model."""
+
+    fmt: str  # request format
+    transport: str
+    model: str  # the openai_chat model
+    target: str  # the generation model
+
+    def __str__(self) -> str:
+        return f"{self.fmt}-{self.transport}"
+
+
+ROUTES = [
+    Route("vllm", "grpc", "chat_scripted", "scripted_vllm"),
+    Route("vllm", "bls", "chat_scripted_bls", "scripted_vllm"),
+    Route("trtllm", "grpc", "chat_trtllm", "ensemble"),
+    Route("tensorrt_llm", "grpc", "chat_tensorrt_llm", "tensorrt_llm"),
+    Route("tensorrt_llm", "bls", "chat_tensorrt_llm_bls", "tensorrt_llm"),
+]
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +77,14 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     add_chat_model(repo, "chat_scripted_bls", transport="bls", **scripted)
     add_chat_model(repo, "completions_scripted", source="openai_completions", grpc_url=grpc_url, **scripted)
     add_chat_model(repo, "chat_tools", grpc_url=grpc_url, tool_call_parser="hermes", reasoning_parser="qwen3", **scripted)
+    for name, source in (("ensemble", "trtllm_ensemble"), ("tensorrt_llm", "tensorrt_llm_mock")):
+        config = add_test_model(repo, name, source) / "config.pbtxt"
+        config.write_text(set_parameter(config.read_text(), "tokenizer_dir", str(tiny_model)))
+    trt = {**scripted, "max_model_len": "2048"}
+    for route in ROUTES:
+        if route.fmt != "vllm":
+            extra = {"grpc_url": grpc_url} if route.transport == "grpc" else {"transport": "bls"}
+            add_chat_model(repo, route.model, request_format=route.fmt, **{**trt, "target_model": route.target}, **extra)
     lora = write_random_lora(tiny_model, tmp_path_factory.mktemp("lora") / "tiny-lora")
     add_vllm_model(
         repo,
@@ -81,10 +116,62 @@ def transport(request) -> str:
     return request.param
 
 
+@pytest.fixture(params=ROUTES, ids=str)
+def route(request) -> Route:
+    return request.param
+
+
 @pytest.fixture
-def scripted(triton, transport) -> ChatClient:
-    """`openai_chat` in front of the scripted model, over each transport."""
+def scripted(triton, route) -> ChatClient:
+    """`openai_chat` in front of a scripted model, over every request format and transport
+    (`scripted.route` says which)."""
+    client = ChatClient(triton.http_url, route.model)
+    client.route = route
+    return client
+
+
+@pytest.fixture
+def vllm_scripted(triton, transport) -> ChatClient:
+    """`openai_chat` in front of the scripted vLLM-interface model, over each transport."""
     return ChatClient(triton.http_url, "chat_scripted" + TRANSPORTS[transport])
+
+
+class Expect:
+    """Usage a route reports for scripted output: the vLLM-interface model reports what its
+    script says; the TensorRT-LLM routes count real tokens."""
+
+    def __init__(self, route: Route, tokenizer):
+        self.route, self.tokenizer = route, tokenizer
+
+    def completion_tokens(self, chunks: list[str]) -> int:
+        if self.route.fmt == "vllm":
+            return len(chunks)
+        return sum(len(self.tokenizer.encode(c, add_special_tokens=False)) for c in chunks)
+
+    def prompt_tokens(self, messages: list[dict], scripted_count: int) -> int:
+        if self.route.fmt == "vllm":
+            return scripted_count
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def streamed_text(self, chunks: list[str]) -> str:
+        """What a stream shows: NVIDIA's ensemble decodes each token on its own."""
+        if self.route.fmt != "trtllm":
+            return "".join(chunks)
+        ids = [i for c in chunks for i in self.tokenizer.encode(c, add_special_tokens=False)]
+        return "".join(self.tokenizer.decode([i]) for i in ids)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model):
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+@pytest.fixture
+def expect(route, tokenizer) -> Expect:
+    return Expect(route, tokenizer)
 
 
 @pytest.fixture

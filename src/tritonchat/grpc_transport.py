@@ -65,6 +65,13 @@ def error_from_status(code_name: str, details: str) -> OpenAIError:
     return InternalError(message)
 
 
+def error_from_message(message: str) -> OpenAIError:
+    """An error response of the stream (Triton sends only its text there)."""
+    if "is not ready" in message or "unknown model" in message.lower():
+        return UnavailableError(f"The generation model is unavailable: {message}")
+    return InternalError(f"The generation model failed: {message}")
+
+
 class GrpcTransport:
     """One gRPC channel per model instance, created lazily on the event loop."""
 
@@ -110,8 +117,11 @@ class GrpcTransport:
         async def requests():
             yield request
 
-        # With this header a failing request ends the call with its real status code.
-        return stub.ModelStreamInfer(requests(), metadata=(("triton_grpc_error", "true"),))
+        # Errors arrive as stream messages; the call stays open until the model's FINAL.
+        # (Not `triton_grpc_error: true`: with it, Triton 2.51 closes the call at the first
+        # error, and a model that then sends its flag-only FINAL, as tensorrt_llm_bls does,
+        # crashes the server with SIGSEGV in TRITONBACKEND_ResponseFactorySendFlags.)
+        return stub.ModelStreamInfer(requests())
 
     async def responses(self, call) -> AsyncIterator[tuple[dict[str, np.ndarray], bool]]:
         """(outputs by name, is final) for each response of the call; errors become OpenAIError."""
@@ -120,7 +130,7 @@ class GrpcTransport:
         try:
             async for message in call:
                 if message.error_message:
-                    raise InternalError(f"The generation model failed: {message.error_message}")
+                    raise error_from_message(message.error_message)
                 response = message.infer_response
                 outputs = {
                     tensor.name: decode_tensor(tensor.datatype, list(tensor.shape), raw)

@@ -1,7 +1,11 @@
-"""`openai_chat` in a real tritonserver, against a scripted generation model with the vLLM interface.
+"""`openai_chat` in a real tritonserver, against scripted generation models.
 
-The scripted model produces exactly what the test asks for, so these tests can check the
-exact text, layout, finish reasons, usage, errors, concurrency and disconnects.
+The scripted models produce exactly what the test asks for, so these tests can check the
+exact text, layout, finish reasons, usage, errors, concurrency and disconnects. Most run
+over every route (fixture `scripted`): the vLLM interface over gRPC and BLS, NVIDIA's
+`ensemble` interface (request format `trtllm`) and the `tensorrt_llm` interface (request
+format `tensorrt_llm`, over gRPC and BLS); those that read the vLLM request itself use
+`vllm_scripted` (their TensorRT-LLM counterparts are in test_trtllm_chat.py).
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ def check_stream_layout(chunks: list[dict], *, include_usage: bool = False) -> N
         assert all("usage" not in c for c in chunks)
 
 
-def test_non_streaming_completion(scripted):
-    status, body = scripted.create(user(script(chunks=["Hello", ", ", "world"], prompt_tokens=7)))
+def test_non_streaming_completion(scripted, expect):
+    chunks = ["Hello", ", ", "world"]
+    request = user(script(chunks=chunks, prompt_tokens=7))
+    status, body = scripted.create(request)
     assert status == 200
     completion = ChatCompletion.model_validate(body)
     assert completion.object == "chat.completion"
@@ -54,16 +60,18 @@ def test_non_streaming_completion(scripted):
     assert completion.choices[0].message.role == "assistant"
     assert completion.choices[0].message.content == "Hello, world"
     assert completion.choices[0].finish_reason == "stop"
-    assert completion.usage.model_dump(exclude_none=True) == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    prompt, generated = expect.prompt_tokens(request["messages"], 7), expect.completion_tokens(chunks)
+    assert completion.usage.model_dump(exclude_none=True) == {
+        "prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated}
     assert list(body) == ["id", "object", "created", "model", "system_fingerprint", "choices", "usage"]
 
 
-def test_streaming_layout_and_text(scripted):
+def test_streaming_layout_and_text(scripted, expect):
     chunks = ["Hel", "lo", " ", "wörld", " 🎉"]
     result = scripted.stream({**user(script(chunks=chunks, interval_ms=5)), "stream": True})
     assert result.status == 200 and result.error is None
     check_stream_layout(result.chunks)
-    assert result.content == "".join(chunks)
+    assert result.content == expect.streamed_text(chunks)
     assert result.chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
@@ -77,9 +85,10 @@ def test_stream_matches_non_stream(scripted):
 
 
 def test_finish_reason_length(scripted):
-    _, body = scripted.create(user(script(chunks=["x", "y"], finish_reason="length")))
+    request = {**user(script(chunks=["x", "y"], finish_reason="length")), "max_tokens": 2}
+    _, body = scripted.create(request)
     assert body["choices"][0]["finish_reason"] == "length"
-    result = scripted.stream({**user(script(chunks=["x", "y"], finish_reason="length")), "stream": True})
+    result = scripted.stream({**request, "stream": True})
     assert result.chunks[-1]["choices"][0]["finish_reason"] == "length"
 
 
@@ -99,7 +108,7 @@ def test_model_name(scripted):
     assert "gpt-4o" in body["error"]["message"]
 
 
-def test_generation_request_sent_to_the_backend(scripted):
+def test_generation_request_sent_to_the_backend(vllm_scripted):
     request = {
         **user(script(echo_request=True)),
         "max_completion_tokens": 50,
@@ -111,7 +120,7 @@ def test_generation_request_sent_to_the_backend(scripted):
         "presence_penalty": 0.5,
         "frequency_penalty": -0.5,
     }
-    _, body = scripted.create(request)
+    _, body = vllm_scripted.create(request)
     seen = json.loads(body["choices"][0]["message"]["content"])
     assert seen["sampling_parameters"] == {
         "max_tokens": 50,
@@ -130,14 +139,14 @@ def test_generation_request_sent_to_the_backend(scripted):
     assert seen["requested_outputs"] == ["finish_reason", "num_input_tokens", "num_output_tokens", "text_output"]
 
 
-def test_prompt_is_the_models_chat_template(scripted, tiny_model):
+def test_prompt_is_the_models_chat_template(vllm_scripted, tiny_model):
     from transformers import AutoTokenizer
 
     messages = [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": script(echo_request=True)}]},
     ]
-    _, body = scripted.create({"messages": messages})
+    _, body = vllm_scripted.create({"messages": messages})
     prompt = json.loads(body["choices"][0]["message"]["content"])["inputs"]["text_input"][0]
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     expected = tokenizer.apply_chat_template(
@@ -150,11 +159,11 @@ def test_prompt_is_the_models_chat_template(scripted, tiny_model):
     assert prompt == expected[len(tokenizer.bos_token) :]
 
 
-def test_default_max_tokens_is_what_fits(scripted, tiny_model):
+def test_default_max_tokens_is_what_fits(vllm_scripted, tiny_model):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    _, body = scripted.create(user(script(echo_request=True)))
+    _, body = vllm_scripted.create(user(script(echo_request=True)))
     seen = json.loads(body["choices"][0]["message"]["content"])
     prompt_tokens = len(tokenizer(seen["inputs"]["text_input"][0]).input_ids)
     assert seen["sampling_parameters"]["max_tokens"] == 2048 - prompt_tokens
@@ -197,9 +206,9 @@ def test_unsupported_features_are_refused(scripted):
     assert status == 400 and body["error"]["param"] == "stream_options"
 
 
-def test_error_codes_over_grpc(triton):
+def test_error_codes_over_grpc(triton, scripted):
     """The Triton error code carries the HTTP status (gRPC status with `triton_grpc_error`)."""
-    client = GrpcChatClient(triton.grpc_url, "chat_scripted")
+    client = GrpcChatClient(triton.grpc_url, scripted.model)
     cases = [
         ({"messages": []}, "INVALID_ARG"),
         ({**user("hi"), "model": "nope"}, "NOT_FOUND"),
@@ -214,8 +223,8 @@ def test_error_codes_over_grpc(triton):
         assert "error" in json.loads(error.message())
 
 
-def test_grpc_streaming(triton):
-    client = GrpcChatClient(triton.grpc_url, "chat_scripted")
+def test_grpc_streaming(triton, scripted):
+    client = GrpcChatClient(triton.grpc_url, scripted.model)
     payloads, error = client.stream({**user(script(chunks=["one", " two"])), "stream": True}, request_id="g1")
     assert error is None
     check_stream_layout(payloads)
@@ -231,7 +240,7 @@ def test_generation_error_before_output(scripted):
     assert result.chunks == [] and "engine exploded" in result.error["error"]["message"]
 
 
-def test_generation_error_mid_stream_ends_the_stream(scripted, transport):
+def test_generation_error_mid_stream_ends_the_stream(scripted, server_log):
     started = time.monotonic()
     result = scripted.stream({**user(script(chunks=["a", "b", "c", "d"], error_after=2, error_message="engine fell over")),
                               "stream": True})
@@ -240,12 +249,16 @@ def test_generation_error_mid_stream_ends_the_stream(scripted, transport):
     assert result.content == "ab"
     assert result.error is not None and result.error["error"]["type"] == "server_error"
     assert all(c["choices"][0]["finish_reason"] is None for c in result.chunks)
-    if transport == "grpc":
+    if scripted.route.transport == "grpc":
         assert "engine fell over" in result.error["error"]["message"]
     else:
         # Triton 2.51's BLS drops an error sent after the first response; the stream is
         # ended by idle_timeout_s (3 s here) instead of hanging.
         assert result.error["error"]["code"] == "service_unavailable"
+    # Whatever the model does after its error (ensemble: a flag-only FINAL), the server lives.
+    time.sleep(0.3)
+    assert scripted.create(user("still there?"))[0] == 200
+    assert "Signal (11)" not in server_log.read_text(errors="replace")
 
 
 def test_silent_generation_model_is_abandoned(scripted):
@@ -276,8 +289,9 @@ def test_concurrent_streams_run_in_parallel(scripted):
     assert elapsed < 4.0, f"16 concurrent 1-second streams took {elapsed:.1f} s (serial would be 16 s)"
 
 
-def test_client_disconnect_stops_the_stream(triton, scripted, transport, server_log):
-    request_id = f"disconnect-{transport}-{time.monotonic_ns()}"
+def test_client_disconnect_stops_the_stream(triton, scripted, server_log):
+    route = scripted.route
+    request_id = f"disconnect-{route}-{time.monotonic_ns()}"
     request = {**user(script(repeat={"text": "x", "count": 400}, interval_ms=20)), "stream": True}
     body = {"id": request_id, "request": json.dumps(request)}
     url = f"http://{triton.http_url}/v2/models/{scripted.model}/generate_stream"
@@ -290,9 +304,9 @@ def test_client_disconnect_stops_the_stream(triton, scripted, transport, server_
                     break
     # The connection is closed now; openai_chat notices and stops.
     markers = [f"chatcmpl-{request_id}: The request was cancelled by the client"]
-    if transport == "grpc":
+    if route.transport == "grpc":
         # ... and cancels the generation itself (BLS can only do that from Triton 25.04).
-        markers.append(f"scripted_vllm: request '{request_id}' cancelled after")
+        markers.append(f"{route.target}: request '{request_id}' cancelled after")
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not all(m in server_log.read_text(errors="replace") for m in markers):
         time.sleep(0.1)

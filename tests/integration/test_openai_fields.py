@@ -37,16 +37,18 @@ def by_choice(chunks: list[dict]) -> dict[int, list[dict]]:
 
 
 # ---- n choices -------------------------------------------------------------------------------
-def test_n_choices_whole(scripted):
-    status, body = scripted.create({**user(script(chunks=["a", "b"], prompt_tokens=5)), "n": 3})
+def test_n_choices_whole(scripted, expect):
+    request = user(script(chunks=["a", "b"], prompt_tokens=5))
+    status, body = scripted.create({**request, "n": 3})
     assert status == 200
     ChatCompletion.model_validate(body)
     assert [c["index"] for c in body["choices"]] == [0, 1, 2]
     assert [c["message"]["content"] for c in body["choices"]] == ["ab"] * 3
-    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
+    prompt, generated = expect.prompt_tokens(request["messages"], 5), 3 * expect.completion_tokens(["a", "b"])
+    assert body["usage"] == {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated}
 
 
-def test_n_choices_streamed(scripted):
+def test_n_choices_streamed(scripted, expect):
     request = {**user(script(chunks=["a", "b"], prompt_tokens=5, interval_ms=5)), "n": 2, "stream": True,
                "stream_options": {"include_usage": True}}
     result = scripted.stream(request)
@@ -59,11 +61,11 @@ def test_n_choices_streamed(scripted):
         assert events[0]["delta"] == {"role": "assistant", "content": ""}
         assert "".join(e["delta"].get("content", "") for e in events) == "ab"
         assert [e["finish_reason"] for e in events if e["finish_reason"]] == ["stop"]
-    assert result.chunks[-1]["choices"] == [] and result.chunks[-1]["usage"]["completion_tokens"] == 4
+    assert result.chunks[-1]["choices"] == [] and result.chunks[-1]["usage"]["completion_tokens"] == 2 * expect.completion_tokens(["a", "b"])
 
 
-def test_n_choices_use_consecutive_seeds(scripted):
-    _, body = scripted.create({**user(script(echo_request=True)), "n": 2, "seed": 7})
+def test_n_choices_use_consecutive_seeds(vllm_scripted):
+    _, body = vllm_scripted.create({**user(script(echo_request=True)), "n": 2, "seed": 7})
     seeds = [json.loads(c["message"]["content"])["sampling_parameters"]["seed"] for c in body["choices"]]
     assert seeds == [7, 8]
 
@@ -79,7 +81,7 @@ def test_n_choices_on_the_engine(tiny):
 
 
 # ---- every sampling field reaches the engine -------------------------------------------------------
-def test_sampling_fields_reach_the_engine(scripted):
+def test_sampling_fields_reach_the_engine(vllm_scripted):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     request = {
         **user(script(echo_request=True)),
@@ -96,7 +98,7 @@ def test_sampling_fields_reach_the_engine(scripted):
         "user": "someone",
         "metadata": {"k": "v"},
     }
-    _, body = scripted.create(request)
+    _, body = vllm_scripted.create(request)
     params = json.loads(body["choices"][0]["message"]["content"])["sampling_parameters"]
     assert params == {
         "max_tokens": 9,
@@ -113,12 +115,13 @@ def test_sampling_fields_reach_the_engine(scripted):
 
 
 # ---- usage --------------------------------------------------------------------------------------
-def test_continuous_usage_stats(scripted):
-    request = {**user(script(chunks=["a", "b", "c"], prompt_tokens=4, interval_ms=5)), "stream": True,
+def test_continuous_usage_stats(scripted, expect):
+    message = user(script(chunks=["a", "b", "c"], prompt_tokens=4, interval_ms=5))
+    request = {**message, "stream": True,
                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     result = scripted.stream(request)
     usages = [c["usage"] for c in result.chunks]
-    assert all(u is not None and u["prompt_tokens"] == 4 for u in usages)
+    assert all(u is not None and u["prompt_tokens"] == expect.prompt_tokens(message["messages"], 4) for u in usages)
     completion_tokens = [u["completion_tokens"] for u in usages]
     assert completion_tokens == sorted(completion_tokens) and completion_tokens[-1] == 3
     assert result.chunks[-1]["choices"] == []

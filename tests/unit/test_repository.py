@@ -70,3 +70,15 @@ def test_docker_compose_syntax():
     assert "python3 -m tritonchat.repository --src /tmp/tritonchat/model_repository" in script
     assert "--model /models/hf" in script
     assert "tritonserver --model-repository=/tmp/model_repository" in script
+
+
+def test_docker_compose_trtllm_profile():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    service = compose["services"]["triton-trtllm"]
+    assert service["profiles"] == ["trtllm"]
+    assert "-trtllm-python-py3" in service["image"]
+    script = service["command"][-1]
+    assert '--chat-parameter "request_format=$${REQUEST_FORMAT}"' in script
+    assert "rm -rf /tmp/model_repository/vllm_model" in script
+    assert "--model-repository=/models/trtllm --model-repository=/tmp/model_repository" in script
+    assert service["environment"]["REQUEST_FORMAT"] == "${REQUEST_FORMAT:-trtllm}"
