@@ -11,7 +11,8 @@ Its repository holds:
   front of the scripted model;
 - `ensemble` and `tensorrt_llm`: stand-ins with the interfaces of NVIDIA's TensorRT-LLM
   models, and `chat_trtllm` / `chat_tensorrt_llm`: `openai_chat` in front of each with the
-  `trtllm` and `tensorrt_llm` request formats (and `chat_tensorrt_llm_bls` over BLS).
+  `trtllm` and `tensorrt_llm` request formats (and `chat_tensorrt_llm_bls` over BLS;
+  `chat_trtllm_counting` counts tokens itself instead of asking the ensemble).
 The vLLM model serves one LoRA adapter, `tiny-lora` (random weights), named
 `tiny-chat:tiny-lora` through `openai_chat`.
 """
@@ -85,6 +86,9 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         if route.fmt != "vllm":
             extra = {"grpc_url": grpc_url} if route.transport == "grpc" else {"transport": "bls"}
             add_chat_model(repo, route.model, request_format=route.fmt, **{**trt, "target_model": route.target}, **extra)
+    # An ensemble of a release without num_input_tokens / num_output_tokens: counted here.
+    add_chat_model(repo, "chat_trtllm_counting", request_format="trtllm", grpc_url=grpc_url, trtllm_token_counts="false",
+                   **{**trt, "target_model": "ensemble"})
     lora = write_random_lora(tiny_model, tmp_path_factory.mktemp("lora") / "tiny-lora")
     add_vllm_model(
         repo,

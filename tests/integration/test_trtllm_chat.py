@@ -79,6 +79,20 @@ def test_multibyte_text_token_by_token_is_exact_in_direct_mode(triton):
     assert len([c for c in result.chunks if c["choices"] and c["choices"][0]["delta"].get("content")]) > 5
 
 
+def test_usage_without_the_ensembles_token_counts(triton):
+    """trtllm_token_counts=false (releases without return_num_*_tokens): the same usage, counted here."""
+    asking = ChatClient(triton.http_url, "chat_trtllm")
+    counting = ChatClient(triton.http_url, "chat_trtllm_counting")
+    request = user(script(text="one two three, four"))
+    _, reported = asking.create(request)
+    _, counted = counting.create(request)
+    assert counted["usage"] == reported["usage"]
+    streamed = counting.stream({**request, "stream": True, "stream_options": {"include_usage": True}})
+    assert streamed.chunks[-1]["usage"] == reported["usage"]
+    echoed = echo(counting)
+    assert "return_num_output_tokens" not in echoed["inputs"] and echoed["requested_outputs"] == ["text_output"]
+
+
 def test_budget_gives_length(chat):
     _, body = chat.create(user(script(text="one two three four five six"), max_tokens=3))
     assert body["choices"][0]["finish_reason"] == "length"
@@ -142,6 +156,8 @@ def test_logprobs(triton):
     entries = body["choices"][0]["logprobs"]["content"]
     assert len(entries) == body["usage"]["completion_tokens"]
     assert [e["logprob"] for e in entries] == pytest.approx([-0.1 * (i + 1) for i in range(len(entries))])
+    assert all(e["top_logprobs"] == [] for e in entries)
+    assert "".join(bytes(e["bytes"]).decode("utf-8", "replace") for e in entries) == DEFAULT_TEXT
     status, body = ChatClient(triton.http_url, "chat_tensorrt_llm").create(user("Hi", logprobs=True, top_logprobs=2))
     assert status == 400 and body["error"]["param"] == "top_logprobs"
     status, body = ChatClient(triton.http_url, "chat_trtllm").create(user("Hi", logprobs=True))

@@ -82,3 +82,21 @@ def test_docker_compose_trtllm_profile():
     assert "rm -rf /tmp/model_repository/vllm_model" in script
     assert "--model-repository=/models/trtllm --model-repository=/tmp/model_repository" in script
     assert service["environment"]["REQUEST_FORMAT"] == "${REQUEST_FORMAT:-trtllm}"
+
+
+@pytest.mark.parametrize("model", ["openai_chat", "openai_completions"])
+def test_shipped_configs_list_every_setting_with_its_default(model):
+    """Every setting is documented in the shipped config.pbtxt, with the default the code uses."""
+    import dataclasses
+
+    from tritonchat.config import Settings
+
+    text = (ROOT / "model_repository" / model / "config.pbtxt").read_text()
+    listed = dict(re.findall(r'parameters \{ key: "([^"]+)", value: \{ string_value: "([^"]*)" \} \}', text))
+    chat_only = {"tool_call_parser", "reasoning_parser", "reasoning_field"}
+    for f in dataclasses.fields(Settings):
+        if f.name in ("target_engine_args", "lora_adapters") or (model != "openai_chat" and f.name in chat_only):
+            continue
+        assert f.name in listed, f.name
+        default = f.default
+        assert listed[f.name] == (str(default) if not isinstance(default, float) else f"{default:g}"), f.name

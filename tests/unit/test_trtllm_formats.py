@@ -80,6 +80,10 @@ def test_ensemble_without_token_counts(tokenizer):
     decoder = fmt.decoder(request(stream=False))
     out = decoder.decode({"text_output": np.array([[b" Hello world"]], dtype=object)})
     assert out.completion_tokens == len(tokenizer(" Hello world", add_special_tokens=False).input_ids)
+    streamed = fmt.decoder(request(stream=True))
+    counts = [streamed.decode({"text_output": np.array([[piece]], dtype=object)}).completion_tokens
+              for piece in (b" Hello", b" world", b"")]
+    assert counts == [1, 1, 0]  # the empty response at end_id holds no token
 
 
 def test_direct_inputs(tokenizer):

@@ -170,9 +170,10 @@ class _TrtllmDecoder(_BudgetDecoder):
     def decode(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
         out = self.format.parse(outputs)
         if "num_output_tokens" not in outputs and outputs.get("text_output") is not None:
-            # Models without token counts: a streamed response is one token; a whole text is counted.
+            # Models without token counts: a streamed response with text is one token (the
+            # empty one at end_id holds none); a whole text is counted with the tokenizer.
             if self.request.stream:
-                out.completion_tokens = 1
+                out.completion_tokens = 1 if out.text else 0
             elif self.format.options.tokenizer is not None:
                 out.completion_tokens = len(self.format.options.tokenizer(out.text, add_special_tokens=False).input_ids)
         self.completion_tokens += out.completion_tokens
