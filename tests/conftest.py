@@ -7,8 +7,8 @@ Its repository holds:
   vLLM backend's interface whose output each test scripts through the prompt;
 - `openai_chat_bls` and `chat_scripted_bls`: the same two over the BLS transport;
 - `openai_completions` and `completions_scripted`: the Completions model in front of each;
-- `chat_tools`: `openai_chat` with the hermes tool-call and qwen3 reasoning parsers, in
-  front of the scripted model;
+- `chat_tools` (and `chat_tools_trtllm`, `chat_tools_tensorrt_llm`): `openai_chat` with the
+  hermes tool-call and qwen3 reasoning parsers, in front of each scripted model;
 - `ensemble` and `tensorrt_llm`: stand-ins with the interfaces of NVIDIA's TensorRT-LLM
   models, and `chat_trtllm` / `chat_tensorrt_llm`: `openai_chat` in front of each with the
   `trtllm` and `tensorrt_llm` request formats (and `chat_tensorrt_llm_bls` over BLS;
@@ -77,7 +77,8 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     add_chat_model(repo, "chat_scripted", grpc_url=grpc_url, trust_request_chat_template="true", **scripted)
     add_chat_model(repo, "chat_scripted_bls", transport="bls", **scripted)
     add_chat_model(repo, "completions_scripted", source="openai_completions", grpc_url=grpc_url, **scripted)
-    add_chat_model(repo, "chat_tools", grpc_url=grpc_url, tool_call_parser="hermes", reasoning_parser="qwen3", **scripted)
+    tools = dict(grpc_url=grpc_url, tool_call_parser="hermes", reasoning_parser="qwen3")
+    add_chat_model(repo, "chat_tools", **tools, **scripted)
     for name, source in (("ensemble", "trtllm_ensemble"), ("tensorrt_llm", "tensorrt_llm_mock")):
         config = add_test_model(repo, name, source) / "config.pbtxt"
         config.write_text(set_parameter(config.read_text(), "tokenizer_dir", str(tiny_model)))
@@ -86,6 +87,8 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         if route.fmt != "vllm":
             extra = {"grpc_url": grpc_url} if route.transport == "grpc" else {"transport": "bls"}
             add_chat_model(repo, route.model, request_format=route.fmt, **{**trt, "target_model": route.target}, **extra)
+    for fmt, target in (("trtllm", "ensemble"), ("tensorrt_llm", "tensorrt_llm")):
+        add_chat_model(repo, f"chat_tools_{fmt}", request_format=fmt, **tools, **{**trt, "target_model": target})
     # An ensemble of a release without num_input_tokens / num_output_tokens: counted here.
     add_chat_model(repo, "chat_trtllm_counting", request_format="trtllm", grpc_url=grpc_url, trtllm_token_counts="false",
                    **{**trt, "target_model": "ensemble"})
@@ -194,9 +197,15 @@ def completions_scripted(triton) -> ChatClient:
     return ChatClient(triton.http_url, "completions_scripted")
 
 
-@pytest.fixture
-def chat_tools(triton) -> ChatClient:
-    return ChatClient(triton.http_url, "chat_tools")
+TOOL_MODELS = {"vllm": "chat_tools", "trtllm": "chat_tools_trtllm", "tensorrt_llm": "chat_tools_tensorrt_llm"}
+
+
+@pytest.fixture(params=list(TOOL_MODELS))
+def chat_tools(triton, request) -> ChatClient:
+    """`openai_chat` with the hermes and qwen3 parsers, over every request format."""
+    client = ChatClient(triton.http_url, TOOL_MODELS[request.param])
+    client.fmt = request.param
+    return client
 
 
 @pytest.fixture

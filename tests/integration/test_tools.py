@@ -1,6 +1,7 @@
-"""Tool calls and reasoning through real tritonserver: the scripted model writes exactly what
-a Qwen-style model would, and `chat_tools` parses it (hermes + qwen3); named and required
-tool choices also run on the tiny model in vLLM with generation constrained."""
+"""Tool calls and reasoning through real tritonserver: the scripted models write exactly what
+a Qwen-style model would, and `chat_tools` parses it (hermes + qwen3), over every request
+format; named and required tool choices also run on the tiny model in vLLM with generation
+constrained."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import jsonschema
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.harness import script
+from tests.harness import ChatClient, script
 
 pytestmark = pytest.mark.integration
 
@@ -127,10 +128,21 @@ def test_named_tool_choice(chat_tools):
     result = chat_tools.stream({**ask(arguments, tool_choice=named), "stream": True})
     seen = collect_stream(result.chunks)
     assert [(c["name"], c["arguments"]) for c in seen["calls"]] == [("get_weather", arguments)] and seen["finishes"] == ["stop"]
-    # ... and generation was constrained to the function's parameters.
-    _, echoed = chat_tools.create({**ask("x", tool_choice=named), "messages": [{"role": "user", "content": script(echo_request=True)}]})
-    params = json.loads(echoed["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])["sampling_parameters"]
-    assert json.loads(params["structured_outputs"]) == {"json": WEATHER["function"]["parameters"]}
+
+
+def test_named_tool_choice_constrains_generation(chat_tools):
+    """vLLM: structured outputs; TensorRT-LLM: guided decoding, with the function's parameters."""
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    request = {**ask("x", tool_choice=named), "messages": [{"role": "user", "content": script(echo_request=True)}]}
+    _, echoed = chat_tools.create(request)
+    # The echo is what the constrained model "generated": the call's arguments.
+    seen = json.loads(echoed["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
+    if chat_tools.fmt == "vllm":
+        assert json.loads(seen["sampling_parameters"]["structured_outputs"]) == {"json": WEATHER["function"]["parameters"]}
+    else:
+        inputs = seen["inputs"]
+        assert inputs["guided_decoding_guide_type"]["value"] == [["json_schema"]]
+        assert json.loads(inputs["guided_decoding_guide"]["value"][0][0]) == WEATHER["function"]["parameters"]
 
 
 def test_required_tool_choice(chat_tools):
@@ -146,7 +158,8 @@ def test_required_tool_choice(chat_tools):
     assert seen["finishes"] == ["tool_calls"]
 
 
-def test_tool_history_reaches_the_template(chat_tools):
+def test_tool_history_reaches_the_template(triton):
+    chat_tools = ChatClient(triton.http_url, "chat_tools")  # (the prompt is read from the vLLM-interface echo)
     messages = [
         {"role": "user", "content": "Weather in Oslo?"},
         {"role": "assistant", "content": None, "tool_calls": [
