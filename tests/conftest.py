@@ -6,7 +6,8 @@ Its repository holds:
 - `chat_scripted`: the same `openai_chat` code calling `scripted_vllm`, a model with the
   vLLM backend's interface whose output each test scripts through the prompt;
 - `openai_chat_bls` and `chat_scripted_bls`: the same two over the BLS transport;
-- `openai_completions` and `completions_scripted`: the Completions model in front of each;
+- `openai_completions` and `completions_scripted`: the Completions model in front of each
+  (and `completions_trtllm`, `completions_tensorrt_llm` in front of the TensorRT-LLM stand-ins);
 - `chat_tools` (and `chat_tools_trtllm`, `chat_tools_tensorrt_llm`): `openai_chat` with the
   hermes tool-call and qwen3 reasoning parsers, in front of each scripted model;
 - `ensemble` and `tensorrt_llm`: stand-ins with the interfaces of NVIDIA's TensorRT-LLM
@@ -89,6 +90,8 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
             add_chat_model(repo, route.model, request_format=route.fmt, **{**trt, "target_model": route.target}, **extra)
     for fmt, target in (("trtllm", "ensemble"), ("tensorrt_llm", "tensorrt_llm")):
         add_chat_model(repo, f"chat_tools_{fmt}", request_format=fmt, **tools, **{**trt, "target_model": target})
+        add_chat_model(repo, f"completions_{fmt}", source="openai_completions", request_format=fmt, grpc_url=grpc_url,
+                       **{**trt, "target_model": target})
     # An ensemble of a release without num_input_tokens / num_output_tokens: counted here.
     add_chat_model(repo, "chat_trtllm_counting", request_format="trtllm", grpc_url=grpc_url, trtllm_token_counts="false",
                    **{**trt, "target_model": "ensemble"})
@@ -192,9 +195,15 @@ def completions(triton) -> ChatClient:
     return ChatClient(triton.http_url, "openai_completions")
 
 
-@pytest.fixture
-def completions_scripted(triton) -> ChatClient:
-    return ChatClient(triton.http_url, "completions_scripted")
+COMPLETION_MODELS = {"vllm": "completions_scripted", "trtllm": "completions_trtllm", "tensorrt_llm": "completions_tensorrt_llm"}
+
+
+@pytest.fixture(params=list(COMPLETION_MODELS))
+def completions_scripted(triton, request) -> ChatClient:
+    """`openai_completions` in front of each scripted model (`.fmt` says which format)."""
+    client = ChatClient(triton.http_url, COMPLETION_MODELS[request.param])
+    client.fmt = request.param
+    return client
 
 
 TOOL_MODELS = {"vllm": "chat_tools", "trtllm": "chat_tools_trtllm", "tensorrt_llm": "chat_tools_tensorrt_llm"}
