@@ -149,6 +149,7 @@ def plan_generations(
     base = GenerationRequest(
         prompt=prompt.text,
         prompt_tokens=prompt.num_tokens,
+        prompt_token_ids=prompt.token_ids,
         max_tokens=max_tokens_for(request, prompt, limits),
         stream=request.is_stream,
         sampling={**sampling_for(request), **(extra_sampling or {})},

@@ -21,6 +21,7 @@ log = logging.getLogger(__name__)
 class Prompt:
     text: str  # exactly what the generation model receives
     num_tokens: int  # what the generation model will count for it
+    token_ids: tuple[int, ...] | None = None  # those tokens (for formats that send ids)
 
 
 def load_tokenizer(path: str):
@@ -174,4 +175,5 @@ class PromptRenderer:
 
     def plain(self, text: str) -> Prompt:
         """A prompt sent as it is (completions); counted as the engine tokenizes it."""
-        return Prompt(text=text, num_tokens=len(self.tokenizer(text).input_ids))
+        ids = tuple(self.tokenizer(text).input_ids)
+        return Prompt(text=text, num_tokens=len(ids), token_ids=ids)

@@ -34,6 +34,7 @@ def test_prompt_is_the_template_without_the_doubled_bos(renderer, tokenizer):
     ids = tokenizer(prompt.text).input_ids
     assert ids.count(tokenizer.bos_token_id) == 1, "the engine's tokenization has exactly one BOS"
     assert prompt.num_tokens == len(ids) == len(tokenizer(full, add_special_tokens=False).input_ids)
+    assert prompt.token_ids == tuple(ids)
 
 
 def test_tiny_template_takes_content_parts(renderer):

@@ -146,3 +146,11 @@ def test_stop_strings(pieces):
     out = "".join(stops.push(p) for p in pieces) + stops.flush()
     assert out == "abc"
     assert stops.matched == ("STOP" in "".join(pieces))
+
+
+def test_direct_inputs_reuse_the_prompts_token_ids(tokenizer):
+    """The renderer already tokenized the prompt to count it; those ids are sent as they are."""
+    fmt = TensorRtLlmFormat(FormatOptions(tokenizer=tokenizer))
+    ids = tuple(tokenizer("Hello there").input_ids)
+    assert fmt.inputs(request(prompt="Hello there", prompt_token_ids=ids))["input_ids"].tolist() == [list(ids)]
+    assert fmt.inputs(request(prompt="Hello there"))["input_ids"].tolist() == [list(ids)]

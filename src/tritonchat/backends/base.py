@@ -16,6 +16,8 @@ class GenerationRequest:
     prompt_tokens: int
     max_tokens: int
     stream: bool
+    # The prompt as the tokenizer encodes it (with special tokens), when already known.
+    prompt_token_ids: tuple[int, ...] | None = None
     # Sampling settings under vLLM's SamplingParams names (temperature, top_p, seed, stop, ...).
     sampling: dict[str, Any] = field(default_factory=dict)
     lora_name: str | None = None

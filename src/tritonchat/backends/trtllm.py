@@ -207,7 +207,7 @@ class TensorRtLlmFormat(_TensorRtLlmBase):
 
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         tokenizer = self.options.tokenizer
-        ids = tokenizer(request.prompt).input_ids
+        ids = list(request.prompt_token_ids) if request.prompt_token_ids is not None else tokenizer(request.prompt).input_ids
         inputs = {
             "input_ids": np.array([ids], dtype=np.int32),
             "input_lengths": _one(len(ids), np.int32),
