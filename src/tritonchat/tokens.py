@@ -51,6 +51,8 @@ class TokenBytes:
         self._cache: dict[int, list[int]] = {}
 
     def __call__(self, token_id: int, text: str) -> list[int]:
+        if token_id < 0:  # unknown id: the text's own bytes
+            return list(text.encode("utf-8"))
         cached = self._cache.get(token_id)
         if cached is None:
             cached = self._cache[token_id] = self._bytes(token_id, text)

@@ -111,7 +111,9 @@ class TrtllmFormat(_TensorRtLlmBase):
         if "stop_token_ids" in request.sampling:
             raise BadRequestError("'stop_token_ids' is not supported by this TensorRT-LLM model.", param="stop_token_ids")
         if request.logprobs is not None:
-            raise BadRequestError("'logprobs' is not supported with the ensemble interface.", param="logprobs")
+            raise BadRequestError(
+                "'logprobs' is not supported by this model: its ensemble interface returns text without token ids, "
+                "so the tokens cannot be reported exactly.", param="logprobs")
 
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         inputs = {
