@@ -51,15 +51,9 @@ class RequiredToolParser(ToolParser):
 
     def __init__(self, tools: list[dict] | None = None, make_id: Callable[[], str] | None = None):
         super().__init__(tools, make_id)
-        self._pending = ""
         self._stage = self._read_open
         self._call = JsonCall()
         self._index: int | None = None
-
-    def _consume(self, text: str, final: bool) -> None:
-        self._pending += text
-        while self._stage(final):
-            pass
 
     def _read_open(self, final: bool) -> bool:
         stripped = self._pending.lstrip(_WHITESPACE)

@@ -63,6 +63,7 @@ class _StreamingParser:
     def __init__(self) -> None:
         self._delta = Delta()
         self._finished = False
+        self._pending = ""  # text received and not yet accounted for
 
     def feed(self, text: str) -> Delta:
         """Streaming: read the next piece of generated text."""
@@ -79,7 +80,15 @@ class _StreamingParser:
         return self._take_delta()
 
     def _consume(self, text: str, final: bool) -> None:
-        raise NotImplementedError
+        """Queue `text` and make progress until more text is needed."""
+        self._pending += text
+        while self._step(final):
+            pass
+
+    def _step(self, final: bool) -> bool:
+        """One step of reading `_pending`; False when more text is needed. By default the
+        current stage (`self._stage`, a bound method that subclasses switch) takes it."""
+        return self._stage(final)
 
     def _take_delta(self) -> Delta:
         delta, self._delta = self._delta, Delta()
@@ -92,8 +101,9 @@ class _StreamingParser:
 class ToolParser(_StreamingParser):
     """Finds tool calls in generated content. One instance per choice per request.
 
-    Subclasses implement `_consume` and report what they find with `_emit_content`,
-    `_open_call` (once per call, with its complete name) and `_emit_arguments`.
+    Subclasses read `_pending` in stages (`_stage`, or their own `_step` / `_consume`) and
+    report what they find with `_emit_content`, `_open_call` (once per call, with its
+    complete name) and `_emit_arguments`.
     """
 
     # True when the call markers are special tokens, which the engine must then keep in

@@ -28,13 +28,7 @@ class ThinkTagsReasoningParser(ReasoningParser):
 
     def __init__(self, starts_in_reasoning: bool = False) -> None:
         super().__init__(starts_in_reasoning)
-        self._pending = ""
         self._stage = self._read_start
-
-    def _consume(self, text: str, final: bool) -> None:
-        self._pending += text
-        while self._stage(final):
-            pass
 
     def _read_start(self, final: bool) -> bool:
         stripped = self._pending.lstrip()

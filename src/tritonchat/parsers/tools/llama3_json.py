@@ -32,16 +32,10 @@ _SEPARATORS = " \t\r\n;"
 class Llama3JsonToolParser(ToolParser):
     def __init__(self, tools: list[dict] | None = None, make_id: Callable[[], str] | None = None) -> None:
         super().__init__(tools, make_id)
-        self._pending = ""  # text received and not yet accounted for
         self._markup = ""  # tag and separators read since the last call; content if no call follows
         self._stage = self._read_start
         self._call = JsonCall()
         self._index: int | None = None
-
-    def _consume(self, text: str, final: bool) -> None:
-        self._pending += text
-        while self._stage(final):
-            pass
 
     def _read_start(self, final: bool) -> bool:
         stripped = self._pending.lstrip()

@@ -116,18 +116,12 @@ class _Offsets:
 class PythonicToolParser(ToolParser):
     def __init__(self, tools: list[dict] | None = None, make_id: Callable[[], str] | None = None) -> None:
         super().__init__(tools, make_id)
-        self._pending = ""  # text received and not yet accounted for
         self._markup = ""  # whitespace and tag before the list; content if no call follows
         self._list = ""  # the list's text, from its "["
         self._done = 1  # offset in _list just past the last call sent (or the "[")
         self._expect = "element"  # what follows _done: "element" or "separator"
         self._inside_call = False  # the last scan stopped inside a call's parentheses
         self._stage = self._read_start
-
-    def _consume(self, text: str, final: bool) -> None:
-        self._pending += text
-        while self._stage(final):
-            pass
 
     def _read_start(self, final: bool) -> bool:
         stripped = self._pending.lstrip()

@@ -22,14 +22,8 @@ class TaggedCallsParser(ToolParser):
 
     def __init__(self, tools: list[dict] | None = None, make_id: Callable[[], str] | None = None) -> None:
         super().__init__(tools, make_id)
-        self._pending = ""  # text received and not yet accounted for
         self._in_calls = False
         self._after_calls = False
-
-    def _consume(self, text: str, final: bool) -> None:
-        self._pending += text
-        while self._step(final):
-            pass
 
     def _step(self, final: bool) -> bool:
         """Make progress; False when more text is needed."""
