@@ -121,6 +121,20 @@ class ResponseBuilder:
         return [self._chunk_head + '],"usage":' + _dumps(self.usage().to_dict()) + "}"]
 
     # ---- non-streaming ---------------------------------------------------------------
+    def _whole(self, choices: list[dict]) -> str:
+        """The non-streaming response around its choices."""
+        return _dumps(
+            {
+                "id": self.completion_id,
+                "object": self.object,
+                "created": self.created,
+                "model": self.model,
+                "system_fingerprint": self.system_fingerprint,
+                "choices": choices,
+                "usage": self.usage().to_dict(),
+            }
+        )
+
     def add_output(self, index: int, output: GenerationOutput) -> None:
         state = self.choices[index]
         self._account(state, output)
@@ -229,17 +243,7 @@ class ChatResponseBuilder(ResponseBuilder):
                     "finish_reason": self._finish(state),
                 }
             )
-        return _dumps(
-            {
-                "id": self.completion_id,
-                "object": self.object,
-                "created": self.created,
-                "model": self.model,
-                "system_fingerprint": self.system_fingerprint,
-                "choices": choices,
-                "usage": self.usage().to_dict(),
-            }
-        )
+        return self._whole(choices)
 
     def _message(self, state: ChoiceState) -> dict:
         text = "".join(state.text)
@@ -328,17 +332,7 @@ class CompletionResponseBuilder(ResponseBuilder):
             state.text_length = len(self.echo_text)
             logprobs = self._logprobs(state, state.logprobs) if self.top_logprobs is not None else None
             choices.append(self._choice(index, text, logprobs, self._finish(state)))
-        return _dumps(
-            {
-                "id": self.completion_id,
-                "object": self.object,
-                "created": self.created,
-                "model": self.model,
-                "system_fingerprint": self.system_fingerprint,
-                "choices": choices,
-                "usage": self.usage().to_dict(),
-            }
-        )
+        return self._whole(choices)
 
     @staticmethod
     def _choice(index: int, text: str, logprobs: dict | None, finish_reason: str | None) -> dict:
