@@ -90,6 +90,12 @@ class _StreamingParser:
         current stage (`self._stage`, a bound method that subclasses switch) takes it."""
         return self._stage(final)
 
+    def _read_content(self, final: bool) -> bool:
+        """A stage: everything from here on is content."""
+        self._emit_content(self._pending)
+        self._pending = ""
+        return False
+
     def _take_delta(self) -> Delta:
         delta, self._delta = self._delta, Delta()
         return delta

@@ -54,7 +54,3 @@ class ThinkTagsReasoningParser(ReasoningParser):
         self._stage = self._read_content
         return True
 
-    def _read_content(self, final: bool) -> bool:
-        self._emit_content(self._pending)
-        self._pending = ""
-        return False

@@ -79,11 +79,6 @@ class Llama3JsonToolParser(ToolParser):
         self._stage = self._read_between_calls
         return True
 
-    def _read_content(self, final: bool) -> bool:
-        self._emit_content(self._pending)
-        self._pending = ""
-        return False
-
     def _give_up(self, unsent: str) -> None:
         """Not a call after all: `unsent` (all text not yet accounted for) and what follows are content."""
         self._emit_content(unsent)

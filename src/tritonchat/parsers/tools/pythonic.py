@@ -222,11 +222,6 @@ class PythonicToolParser(ToolParser):
         self._stage = self._read_content
         return True
 
-    def _read_content(self, final: bool) -> bool:
-        self._emit_content(self._pending)
-        self._pending = ""
-        return False
-
     def _give_up(self) -> None:
         """Not (or no longer) a call list: the rest is content, verbatim."""
         unsent = self._markup + self._list if not self.calls else self._list[self._done :]
