@@ -119,11 +119,17 @@ class TritonSink:
 
 
 def read_bls(responder: Responder, state: RequestState, index: int, iterator, decoder: Decoder) -> None:
-    """Thread body: one BLS response stream, handed to the responder response by response."""
+    """Thread body: one BLS response stream, handed to the responder response by response.
+
+    The stream is always read up to its final response, also when the request ended early
+    (stop string, client gone, error, idle timeout), and the iterator is then kept a little
+    longer (`_retired`): see `_RetiredIterators`.
+    """
+    read_to_end = False
     try:
         for response in iterator:
             if state.done:
-                return
+                break
             if response.has_error():
                 raise error_from_backend(response.error())
             tensors = response.output_tensors()
@@ -134,12 +140,62 @@ def read_bls(responder: Responder, state: RequestState, index: int, iterator, de
                 if cancel is not None:
                     cancel()
                 break
-        _end(responder, state, index, decoder)
+        else:
+            read_to_end = True
+        if not state.done:
+            _end(responder, state, index, decoder)
     except OpenAIError as error:
         responder.fail(state, error)
     except Exception as exc:  # noqa: BLE001  (every failure must end the request)
         log.exception("%s: BLS stream %d failed", state.name, index)
         responder.fail(state, InternalError(f"The generation stream failed: {exc}"))
+    if not read_to_end:
+        try:
+            for _response in iterator:  # the rest, unread, up to the final response
+                pass
+        except Exception:  # noqa: BLE001  (nothing waits for this stream any more)
+            log.debug("%s: the rest of BLS stream %d could not be read", state.name, index, exc_info=True)
+    _retired.add(iterator)
+
+
+class _RetiredIterators:
+    """Keeps finished BLS response iterators alive for a few seconds.
+
+    The Python backend stub forgets a BLS stream in two places: its own map, emptied by a C++
+    thread after the iterator has seen the final response, and the Python object. Whichever lets
+    go last destroys the stream's responses. When that is the C++ thread, the responses' NumPy
+    arrays are released without the GIL, which corrupted the interpreter's memory and crashed the
+    stub (SIGSEGV) under concurrent streams (Triton 2.51). Holding the Python object until the
+    C++ side has surely let go makes the last release a Python one, with the GIL. The same reason
+    makes `read_bls` read every stream to its end: an iterator dropped before its final response
+    stays in the stub's map for good.
+    """
+
+    HOLD_S = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: list[tuple[float, object]] = []
+
+    def add(self, iterator) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._held.append((now, iterator))
+            keep = next((i for i, (t, _) in enumerate(self._held) if now - t < self.HOLD_S), len(self._held))
+            released, self._held = self._held[:keep], self._held[keep:]
+        del released  # dropped here, in a Python thread holding the GIL
+
+    def clear(self) -> None:
+        """Releases every held iterator (at finalize, while the stub's shared memory is there)."""
+        with self._lock:
+            released, self._held = self._held, []
+        del released
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+
+_retired = _RetiredIterators()
 
 
 async def read_grpc(responder: Responder, state: RequestState, index: int, transport: GrpcTransport, call,
@@ -371,6 +427,7 @@ class _OpenAIModel:
 
     def finalize(self) -> None:
         self.responder.stop()
+        _retired.clear()
         self._render_pool.shutdown(wait=False, cancel_futures=True)
         log.info("%s finalized (%d requests still open)", self.model_name, self.responder.open_requests)
 

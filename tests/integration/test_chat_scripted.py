@@ -289,6 +289,29 @@ def test_concurrent_streams_run_in_parallel(scripted):
     assert elapsed < 4.0, f"16 concurrent 1-second streams took {elapsed:.1f} s (serial would be 16 s)"
 
 
+def test_late_responses_of_an_abandoned_stream_do_not_harm_new_streams(scripted, server_log):
+    """A stream abandoned at the idle timeout gets the rest of its responses while 16 new streams
+    run. Over BLS, Triton 2.51's stub crashed here when a stream's iterator was dropped early or
+    destroyed by the stub's own thread (see `_RetiredIterators`)."""
+    abandoned = scripted.stream({**user(script(chunks=["a", "b", "c"], hang_after=1, hang_s=4)), "stream": True})
+    assert abandoned.error["error"]["code"] == "service_unavailable"
+    request = {**user(script(chunks=[f"{i} " for i in range(10)], interval_ms=100)), "stream": True}
+    for _round in range(2):
+        results = [None] * 16
+
+        def run(i):
+            results[i] = scripted.stream(request)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(r is not None and r.content == "".join(f"{i} " for i in range(10)) for r in results)
+    assert scripted.create(user("still there?"))[0] == 200
+    assert "Signal (11)" not in server_log.read_text(errors="replace")
+
+
 def test_client_disconnect_stops_the_stream(triton, scripted, server_log):
     route = scripted.route
     request_id = f"disconnect-{route}-{time.monotonic_ns()}"
