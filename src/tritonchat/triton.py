@@ -191,9 +191,6 @@ class _RetiredIterators:
             released, self._held = self._held, []
         del released
 
-    def __len__(self) -> int:
-        return len(self._held)
-
 
 _retired = _RetiredIterators()
 

@@ -270,20 +270,27 @@ def test_silent_generation_model_is_abandoned(scripted):
     assert result.error["error"]["code"] == "service_unavailable"
 
 
-def test_concurrent_streams_run_in_parallel(scripted):
-    """16 streams of 10 chunks 100 ms apart (1 s each) finish in about the time of one."""
-    request = {**user(script(chunks=[f"{i} " for i in range(10)], interval_ms=100)), "stream": True}
-    results = [None] * 16
+def stream_concurrently(client, request: dict, count: int) -> list:
+    """`count` streams of `request` at once, each in its own thread; their results (None where a
+    thread failed)."""
+    results = [None] * count
 
     def run(i):
-        results[i] = scripted.stream(request)
+        results[i] = client.stream(request)
 
-    started = time.monotonic()
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return results
+
+
+def test_concurrent_streams_run_in_parallel(scripted):
+    """16 streams of 10 chunks 100 ms apart (1 s each) finish in about the time of one."""
+    request = {**user(script(chunks=[f"{i} " for i in range(10)], interval_ms=100)), "stream": True}
+    started = time.monotonic()
+    results = stream_concurrently(scripted, request, 16)
     elapsed = time.monotonic() - started
     assert all(r.content == "".join(f"{i} " for i in range(10)) for r in results)
     assert elapsed < 4.0, f"16 concurrent 1-second streams took {elapsed:.1f} s (serial would be 16 s)"
@@ -297,16 +304,7 @@ def test_late_responses_of_an_abandoned_stream_do_not_harm_new_streams(scripted,
     assert abandoned.error["error"]["code"] == "service_unavailable"
     request = {**user(script(chunks=[f"{i} " for i in range(10)], interval_ms=100)), "stream": True}
     for _round in range(2):
-        results = [None] * 16
-
-        def run(i):
-            results[i] = scripted.stream(request)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = stream_concurrently(scripted, request, 16)
         assert all(r is not None and r.content == "".join(f"{i} " for i in range(10)) for r in results)
     assert scripted.create(user("still there?"))[0] == 200
     assert "Signal (11)" not in server_log.read_text(errors="replace")
