@@ -77,6 +77,7 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     )
     add_chat_model(repo, "chat_scripted", grpc_url=grpc_url, trust_request_chat_template="true", **scripted)
     add_chat_model(repo, "chat_scripted_bls", transport="bls", **scripted)
+    add_chat_model(repo, "chat_scripted_cancel", grpc_url=grpc_url, grpc_cancel="true", **scripted)
     add_chat_model(repo, "completions_scripted", source="openai_completions", grpc_url=grpc_url, **scripted)
     tools = dict(grpc_url=grpc_url, tool_call_parser="hermes", reasoning_parser="qwen3")
     add_chat_model(repo, "chat_tools", **tools, **scripted)

@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--repository", type=Path, default=BUILD / "serve_repository",
+                        help="where the runnable model repository is written")
     args = parser.parse_args()
 
     model = Path(args.model).resolve()
@@ -38,15 +40,18 @@ def main() -> None:
     served = args.served_model_name or ("tiny-chat" if model == TINY_MODEL.resolve() else model.name)
     repo = prepare_repository(
         ROOT / "model_repository",
-        BUILD / "serve_repository",
+        args.repository,
         model=str(model),
         served_model_name=served,
         engine_args={**CPU_ENGINE_ARGS, **dict(args.engine_arg)},
         chat_parameters={"grpc_url": f"localhost:{args.grpc_port}"},
     )
     server = TritonServer(repo, args.http_port, args.grpc_port, args.metrics_port)
+    # SIGTERM (docker stop, systemd, kill) ends the server like Ctrl-C: the handler only
+    # interrupts whatever the main thread waits in, and `finally` stops everything.
+    signal.signal(signal.SIGTERM, _interrupt)
     server.start()
-    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    code = 0
     try:
         server.wait_ready(timeout=600)
         example = {"model": served, "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
@@ -56,11 +61,20 @@ def main() -> None:
             f"-d '{json.dumps({'request': json.dumps(example)})}'\n",
             flush=True,
         )
-        server.process.wait()
+        code = server.process.wait()
+        print(f"tritonserver exited by itself with status {code}", file=sys.stderr, flush=True)
+        code = code or 1
     except KeyboardInterrupt:
-        pass
+        print("\nstopping tritonserver...", file=sys.stderr, flush=True)
     finally:
-        server.stop()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        server.stop(timeout=30)
+    sys.exit(code)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

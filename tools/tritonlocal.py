@@ -117,6 +117,14 @@ class TritonServer:
     def grpc_url(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
+    @property
+    def version(self) -> tuple[int, ...]:
+        """The running server's release, e.g. (2, 51, 0)."""
+        import json  # noqa: PLC0415
+
+        with urllib.request.urlopen(f"http://{self.http_url}/v2", timeout=5) as r:
+            return tuple(int(part) for part in json.loads(r.read())["version"].split(".")[:3])
+
     def command(self) -> list[str]:
         return [
             str(server_binary()),

@@ -32,6 +32,7 @@ class Settings:
     request_format: str = "vllm"
     transport: str = "grpc"
     grpc_url: str = "localhost:8001"
+    grpc_cancel: str = "auto"
     tokenizer: str = ""
     served_model_name: str = ""
     max_model_len: int = 0
@@ -96,6 +97,8 @@ class Settings:
             )
         if settings.transport not in TRANSPORTS:
             raise ConfigError(f"parameter 'transport' must be one of {', '.join(TRANSPORTS)}; got {settings.transport!r}")
+        if settings.grpc_cancel not in ("auto", "true", "false"):
+            raise ConfigError(f"parameter 'grpc_cancel' must be auto, true or false; got {settings.grpc_cancel!r}")
         for key, lookup in (("tool_call_parser", get_tool_parser), ("reasoning_parser", get_reasoning_parser)):
             name = getattr(settings, key)
             if name:

@@ -198,22 +198,28 @@ _retired = _RetiredIterators()
 async def read_grpc(responder: Responder, state: RequestState, index: int, transport: GrpcTransport, call,
                     decoder: Decoder) -> None:
     """Coroutine: one gRPC response stream, handed to the responder response by response."""
+    ended = False  # whether the call itself ended (else it is abandoned, then read to its end)
     try:
         async for outputs, _final in transport.responses(call):
             if state.done:
-                call.cancel()
-                return
+                break
             if outputs:
                 responder.output(state, index, decoder.decode(outputs))
             if decoder.finished:
-                call.cancel()
                 break
-        _end(responder, state, index, decoder)
+        else:
+            ended = True
+        if not state.done:
+            _end(responder, state, index, decoder)
     except OpenAIError as error:
         responder.fail(state, error)
     except Exception as exc:  # noqa: BLE001
         log.exception("%s: gRPC stream %d failed", state.name, index)
         responder.fail(state, InternalError(f"The generation stream failed: {exc}"))
+    if not ended:
+        # Cancelled where that is safe, else read to its end (see grpc_transport).
+        transport.abandon(call)
+        await transport.drain(call)
 
 
 def _end(responder: Responder, state: RequestState, index: int, decoder: Decoder) -> None:
@@ -270,7 +276,11 @@ class _OpenAIModel:
             self.settings.idle_timeout_s,
             lanes=self.settings.responder_threads,
         )
-        self.grpc = GrpcTransport(self.settings.grpc_url) if self.settings.transport == "grpc" else None
+        self.grpc = (
+            GrpcTransport(self.settings.grpc_url, self.settings.grpc_cancel, self.settings.idle_timeout_s)
+            if self.settings.transport == "grpc"
+            else None
+        )
         self._loop_ready = False
         log.info(
             "%s ready: serves %r via %s model %r over %s (context %d tokens, tokenizer %s)",
@@ -378,6 +388,7 @@ class _OpenAIModel:
         loop = asyncio.get_running_loop()
         fmt = self.request_format
         if self.grpc is not None:
+            await self.grpc.prepare()
             calls = []
             for index, generation in enumerate(generations):
                 inner_id = request_id if len(generations) == 1 else f"{request_id}.{index}"
@@ -389,7 +400,7 @@ class _OpenAIModel:
                     inner_id,
                 )
                 call = self.grpc.open(request)
-                state.add_cancel_hook(lambda call=call: loop.call_soon_threadsafe(call.cancel))
+                state.add_cancel_hook(lambda call=call: loop.call_soon_threadsafe(self.grpc.abandon, call))
                 calls.append(call)
             self.responder.start(state)
             for index, (call, generation) in enumerate(zip(calls, generations)):

@@ -1,0 +1,44 @@
+"""Clients that disconnect, by the thousand: the server and every model stay up.
+
+On Triton 2.51 (the local server) cancelling the loopback `ModelStreamInfer` calls of the gRPC
+transport under such a storm aborted tritonserver (`GRPC_CALL_ERROR_TOO_MANY_OPERATIONS`, `prior >
+0`, SIGSEGV); there `openai_chat` drains those calls instead (see grpc_transport.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from tests.harness import script
+from tools.storm import server_answers, storm
+
+pytestmark = pytest.mark.integration
+
+CRASH_MARKERS = ("Signal (", "ASSERTION FAILED", "is not healthy")
+
+
+@pytest.mark.parametrize("model", ["chat_scripted", "chat_scripted_bls"])
+def test_a_storm_of_dropped_streams_leaves_the_server_serving(triton, server_log, model):
+    """1,000 streams at concurrency 64 (64 tokens, 1 ms apart), each dropped after 0-20 chunks
+    or after up to 50 ms (often before its first response)."""
+    request = {
+        "messages": [{"role": "user", "content": script(repeat={"text": "tok ", "count": 64}, interval_ms=1)}],
+        "stream": True,
+    }
+    body = json.dumps({"request": json.dumps(request)}).encode()
+    log_start = server_log.stat().st_size
+    result = asyncio.run(
+        storm(triton.http_url, model, streams=1000, concurrency=64, max_tokens=64, max_events=20,
+              complete_fraction=0.0, seed=11, timeout=60, body=body, timed_fraction=0.3, max_drop_s=0.05)
+    )
+    assert result["outcomes"] == {"dropped": 1000}, result
+    assert server_answers(triton.http_url, model), "the model no longer answers after the storm"
+    with open(server_log, "rb") as log:
+        log.seek(log_start)
+        new_lines = log.read().decode(errors="replace")
+    for marker in CRASH_MARKERS:
+        assert marker not in new_lines
+    assert triton.process.poll() is None
