@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from .backends import GenerationOutput
+from .formats import GenerationOutput
 from .errors import CancelledError, InternalError, OpenAIError, UnavailableError
-from .stream import ChatResponseBuilder
+from .response import ChatResponseBuilder
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .backends import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
-from .config import Settings, flatten_parameters
+from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
+from .settings import Settings, flatten_parameters
 from .errors import (
     BadRequestError,
     CancelledError,
@@ -36,14 +36,14 @@ from .errors import (
     OpenAIError,
     UnavailableError,
 )
-from .generation import Limits, ModelNames, check_chat_request, check_completion_request, plan_generations
-from .grpc_transport import GrpcTransport
+from .plan import Limits, ModelNames, check_chat_request, check_completion_request, plan_generations
+from .transports.grpc import GrpcTransport
 from .protocol import parse_chat_request, parse_completion_request
 from .responder import RequestState, Responder
-from .stream import ChatResponseBuilder, CompletionResponseBuilder
+from .response import ChatResponseBuilder, CompletionResponseBuilder
 from .template import Prompt, PromptRenderer, load_tokenizer
 from .tokens import TokenBytes
-from .tools import plan_tools, prompt_opens_reasoning
+from .tool_choice import plan_tools, prompt_opens_reasoning
 
 log = logging.getLogger("tritonchat")
 

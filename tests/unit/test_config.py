@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tritonchat.config import ConfigError, Settings, flatten_parameters
+from tritonchat.settings import ConfigError, Settings, flatten_parameters
 
 
 def repository(tmp_path, model_json: dict | None, versions=("1",)):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tritonchat.errors import BadRequestError, NotFoundError
-from tritonchat.generation import (
+from tritonchat.plan import (
     Limits,
     ModelNames,
     check_chat_request,

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tritonchat.errors import BadRequestError, CancelledError, InternalError, UnavailableError
-from tritonchat.grpc_transport import decode_tensor, encode_tensor, error_from_message, error_from_status
+from tritonchat.transports.grpc import decode_tensor, encode_tensor, error_from_message, error_from_status
 
 
 @pytest.mark.parametrize(

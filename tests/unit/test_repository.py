@@ -89,7 +89,7 @@ def test_shipped_configs_list_every_setting_with_its_default(model):
     """Every setting is documented in the shipped config.pbtxt, with the default the code uses."""
     import dataclasses
 
-    from tritonchat.config import Settings
+    from tritonchat.settings import Settings
 
     text = (ROOT / "model_repository" / model / "config.pbtxt").read_text()
     listed = dict(re.findall(r'parameters \{ key: "([^"]+)", value: \{ string_value: "([^"]*)" \} \}', text))

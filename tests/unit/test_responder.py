@@ -6,10 +6,10 @@ import json
 import threading
 import time
 
-from tritonchat.backends import GenerationOutput
+from tritonchat.formats import GenerationOutput
 from tritonchat.errors import CancelledError, InternalError, OpenAIError, UnavailableError
 from tritonchat.responder import RequestState, Responder
-from tritonchat.stream import ChatResponseBuilder
+from tritonchat.response import ChatResponseBuilder
 
 
 class FakeSink:

@@ -6,8 +6,8 @@ import json
 
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tritonchat.backends import GenerationOutput
-from tritonchat.stream import ChatResponseBuilder, openai_finish_reason
+from tritonchat.formats import GenerationOutput
+from tritonchat.response import ChatResponseBuilder, openai_finish_reason
 
 
 def make(**kw) -> ChatResponseBuilder:
@@ -77,9 +77,9 @@ def test_merge_keeps_order_and_sums():
 # ---- log probabilities ---------------------------------------------------------------------
 from openai.types import Completion  # noqa: E402
 
-from tritonchat.backends import TokenLogprob  # noqa: E402
-from tritonchat.backends.vllm import parse_logprobs  # noqa: E402
-from tritonchat.stream import CompletionResponseBuilder  # noqa: E402
+from tritonchat.formats import TokenLogprob  # noqa: E402
+from tritonchat.formats.vllm import parse_logprobs  # noqa: E402
+from tritonchat.response import CompletionResponseBuilder  # noqa: E402
 
 
 def test_parse_vllm_logprobs_first_entry_is_the_sampled_token():

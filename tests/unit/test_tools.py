@@ -9,7 +9,7 @@ import pytest
 
 from tritonchat.errors import BadRequestError
 from tritonchat.protocol import parse_chat_request
-from tritonchat.tools import (
+from tritonchat.tool_choice import (
     FirstCallOnly,
     NamedToolParser,
     RequiredToolParser,

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from tritonchat.backends import FormatOptions, GenerationRequest, TensorRtLlmFormat, TrtllmFormat
-from tritonchat.backends.text import IncrementalDetokenizer, StopStrings
-from tritonchat.backends.trtllm import stop_words_list
+from tritonchat.formats import FormatOptions, GenerationRequest, TensorRtLlmFormat, EnsembleFormat
+from tritonchat.formats.detokenize import IncrementalDetokenizer, StopStrings
+from tritonchat.formats.tensorrt_llm import stop_words_list
 from tritonchat.errors import BadRequestError, NotFoundError
 from tritonchat.template import load_tokenizer
 
@@ -25,7 +25,7 @@ def request(**kw) -> GenerationRequest:
 
 
 def test_ensemble_inputs():
-    fmt = TrtllmFormat(FormatOptions(seed_input="random_seed", min_tokens_input="min_length", lora_task_ids={"sql": 3}))
+    fmt = EnsembleFormat(FormatOptions(seed_input="random_seed", min_tokens_input="min_length", lora_task_ids={"sql": 3}))
     req = request(sampling={"temperature": 0.5, "top_p": 0.9, "top_k": 4, "seed": -1, "min_tokens": 2,
                             "stop": ["END", "ÖL"], "presence_penalty": 0.1}, lora_name="sql",
                   structured={"json": {"type": "object"}})
@@ -49,16 +49,16 @@ def test_ensemble_inputs():
                                                   ({"stop_token_ids": [3]}, "stop_token_ids")])
 def test_ensemble_refuses_what_it_cannot_do(sampling, param):
     with pytest.raises(BadRequestError) as info:
-        TrtllmFormat().check(request(sampling=sampling))
+        EnsembleFormat().check(request(sampling=sampling))
     assert info.value.param == param
     with pytest.raises(BadRequestError):
-        TrtllmFormat().check(request(logprobs=0))
+        EnsembleFormat().check(request(logprobs=0))
     with pytest.raises(NotFoundError):
-        TrtllmFormat().check(request(lora_name="unknown"))
+        EnsembleFormat().check(request(lora_name="unknown"))
 
 
 def test_ensemble_decoder_cuts_stop_strings_and_infers_the_reason():
-    fmt = TrtllmFormat()
+    fmt = EnsembleFormat()
     decoder = fmt.decoder(request(sampling={"stop": ["STOP"]}))
     texts = []
     for piece in ["Hel", "lo S", "TO", "P and more"]:
@@ -74,7 +74,7 @@ def test_ensemble_decoder_cuts_stop_strings_and_infers_the_reason():
 
 
 def test_ensemble_without_token_counts(tokenizer):
-    fmt = TrtllmFormat(FormatOptions(token_count_outputs=False, tokenizer=tokenizer))
+    fmt = EnsembleFormat(FormatOptions(token_count_outputs=False, tokenizer=tokenizer))
     assert fmt.requested_outputs(request()) == ["text_output"]
     assert "return_num_output_tokens" not in fmt.inputs(request())
     decoder = fmt.decoder(request(stream=False))

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from tritonchat.backends import GenerationRequest, VllmFormat
+from tritonchat.formats import GenerationRequest, VllmFormat
 
 
 def test_inputs_match_the_vllm_backend_interface():

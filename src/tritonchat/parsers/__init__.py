@@ -32,7 +32,7 @@ from .base import (
     register_tool_parser,
 )
 
-from . import reasoning, tools  # noqa: E402,F401  (importing them registers the parsers)
+from . import reasoning, tool_calls  # noqa: E402,F401  (importing them registers the parsers)
 
 __all__ = [
     "REASONING_PARSERS",

@@ -202,7 +202,7 @@ def _lookup(registry: dict[str, type[_T]], package: str, kind: str, name: str) -
 
 
 def get_tool_parser(name: str) -> type[ToolParser]:
-    return _lookup(TOOL_PARSERS, "tritonchat.parsers.tools", "tool-call", name)
+    return _lookup(TOOL_PARSERS, "tritonchat.parsers.tool_calls", "tool-call", name)
 
 
 def get_reasoning_parser(name: str) -> type[ReasoningParser]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..base import ReasoningParser
-from ..text import could_become, split_at_tag
+from ..tags import could_become, split_at_tag
 
 START_TAG = "<think>"
 END_TAG = "</think>"

@@ -29,7 +29,7 @@ import tokenize
 from collections.abc import Callable, Iterator
 
 from ..base import ToolParser, register_tool_parser
-from ..text import could_become
+from ..tags import could_become
 
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"

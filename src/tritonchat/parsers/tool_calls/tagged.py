@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from ..base import ToolParser
-from ..text import could_become, split_at_tag
+from ..tags import could_become, split_at_tag
 
 
 class TaggedCallsParser(ToolParser):

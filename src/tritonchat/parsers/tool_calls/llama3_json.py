@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..base import ToolParser, register_tool_parser
-from ..text import could_become
+from ..tags import could_become
 from .json_call import JsonCall, settle_call, stream_call
 
 PYTHON_TAG = "<|python_tag|>"

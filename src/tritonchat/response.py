@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .backends import GenerationOutput, TokenLogprob
+from .formats import GenerationOutput, TokenLogprob
 from .choice_text import ChoiceText
 from .parsers.base import Delta, ToolCall, ToolCallDelta
 

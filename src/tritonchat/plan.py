@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from .backends import GenerationRequest
+from .formats import GenerationRequest
 from .errors import BadRequestError, NotFoundError
 from .protocol import INT64_MAX, INT64_MIN, ChatCompletionRequest, CompletionRequest, _GenerationFields
 from .template import Prompt

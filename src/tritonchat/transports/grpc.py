@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
-from .errors import BadRequestError, CancelledError, InternalError, OpenAIError, UnavailableError
+from ..errors import BadRequestError, CancelledError, InternalError, OpenAIError, UnavailableError
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """Request formats of the generation models `openai_chat` can call."""
 
 from .base import Decoder, FormatOptions, GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
-from .trtllm import TensorRtLlmFormat, TrtllmFormat
+from .tensorrt_llm import TensorRtLlmFormat, EnsembleFormat
 from .vllm import VllmFormat
 
 FORMATS: dict[str, type[RequestFormat]] = {
     VllmFormat.name: VllmFormat,
-    TrtllmFormat.name: TrtllmFormat,
+    EnsembleFormat.name: EnsembleFormat,
     TensorRtLlmFormat.name: TensorRtLlmFormat,
 }
 
@@ -19,6 +19,6 @@ __all__ = [
     "RequestFormat",
     "TensorRtLlmFormat",
     "TokenLogprob",
-    "TrtllmFormat",
+    "EnsembleFormat",
     "VllmFormat",
 ]

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import BadRequestError, NotFoundError
 from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
-from .text import IncrementalDetokenizer, StopStrings
+from .detokenize import IncrementalDetokenizer, StopStrings
 
 # vLLM sampling names -> (TensorRT-LLM input, dtype); both formats.
 _SAMPLING_INPUTS = {
@@ -101,7 +101,7 @@ def guided_decoding(structured: dict) -> tuple[str, str]:
     raise BadRequestError("This structured-output constraint is not supported by TensorRT-LLM.", param="response_format")
 
 
-class TrtllmFormat(_TensorRtLlmBase):
+class EnsembleFormat(_TensorRtLlmBase):
     """NVIDIA's `ensemble` / `tensorrt_llm_bls` models."""
 
     name = "trtllm"

@@ -25,7 +25,7 @@
 from __future__ import annotations
 
 from ..base import register_tool_parser
-from ..text import split_at_tag
+from ..tags import split_at_tag
 from .json_call import JsonCall, settle_call, stream_call
 from .tagged import TaggedCallsParser
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .choice_text import ChoiceText
 from .errors import BadRequestError
 from .parsers.base import Delta, ReasoningParser, ToolParser, get_reasoning_parser, get_tool_parser
-from .parsers.tools.json_call import JsonCall, settle_call, stream_call
+from .parsers.tool_calls.json_call import JsonCall, settle_call, stream_call
 from .protocol import ChatCompletionRequest, NamedToolChoice
 
 _WHITESPACE = " \t\r\n"
