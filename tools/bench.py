@@ -256,7 +256,7 @@ def chat_request(content: str, max_tokens: int) -> dict:
 
 
 def raw_body(prompt: str, max_tokens: int) -> dict:
-    """What `openai_chat` itself sends the generation model for `chat_request(...)` (see backends/vllm.py)."""
+    """What `openai_chat` itself sends the generation model for `chat_request(...)` (see formats/vllm.py)."""
     sampling = {"max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
     return {
         "text_input": prompt,
@@ -760,7 +760,7 @@ def set_instance_count(config_path: Path, count: int) -> None:
 
 def build_repository(repo: Path, args, grpc_port: int) -> None:
     """The models the selected pairs need, as tests/conftest.py builds them."""
-    from tests.harness import add_chat_model, add_test_model, add_vllm_model  # noqa: PLC0415
+    from tools.repositories import add_chat_model, add_test_model, add_vllm_model  # noqa: PLC0415
 
     transport = {"transport": args.transport, "grpc_url": f"127.0.0.1:{grpc_port}"}
     chat_dirs = []

@@ -1,4 +1,5 @@
-"""From a validated request and its prompt to what the generation model is asked to do."""
+"""From a validated request and its prompt to what the generation model is asked to do:
+the served names, the token budget, sampling settings and one generation per choice."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from .formats import GenerationRequest
 from .errors import BadRequestError, NotFoundError
-from .protocol import INT64_MAX, INT64_MIN, ChatCompletionRequest, CompletionRequest, _GenerationFields
+from .protocol import INT64_MAX, INT64_MIN, ChatCompletionRequest, _GenerationFields
 from .template import Prompt
 
 # OpenAI request fields that map one-to-one onto vLLM SamplingParams of the same name.
@@ -52,37 +53,6 @@ class ModelNames:
                 known = ", ".join(self.served + self.lora_separator + a for a in self.lora_adapters) or "none"
                 raise NotFoundError(f"The LoRA adapter {adapter!r} does not exist; this server has: {known}.")
         raise NotFoundError(f"The model {requested!r} does not exist; this server serves {self.served!r}.")
-
-
-def check_chat_request(request: ChatCompletionRequest, *, trust_request_chat_template: bool = False) -> None:
-    """Cross-field rules and what this server refuses, each a 400 naming the field."""
-    _check_common(request)
-    if request.top_logprobs and not request.logprobs:
-        raise BadRequestError("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
-    if request.chat_template is not None and not trust_request_chat_template:
-        raise BadRequestError(
-            "A per-request 'chat_template' is not allowed by this server (see its 'trust_request_chat_template').",
-            param="chat_template",
-        )
-
-
-def check_completion_request(request: CompletionRequest) -> None:
-    _check_common(request)
-    if not isinstance(request.prompt, str):
-        raise BadRequestError("'prompt' must be a single string; lists of prompts are not supported.", param="prompt")
-    if request.prompt == "":
-        raise BadRequestError("'prompt' must not be empty.", param="prompt")
-    if request.suffix:
-        raise BadRequestError("'suffix' is not supported.", param="suffix")
-    if request.best_of is not None and request.best_of != request.choices:
-        raise BadRequestError("'best_of' other than 'n' is not supported.", param="best_of")
-    if request.echo and request.logprobs is not None:
-        raise BadRequestError("'echo' together with 'logprobs' is not supported.", param="echo")
-
-
-def _check_common(request: _GenerationFields) -> None:
-    if request.stream_options is not None and not request.is_stream:
-        raise BadRequestError("'stream_options' is only allowed when 'stream' is true.", param="stream_options")
 
 
 def max_tokens_for(request: _GenerationFields, prompt: Prompt, limits: Limits) -> int:
@@ -135,27 +105,40 @@ def structured_output_for(request: _GenerationFields) -> dict | None:
     return {"json": schema if schema is not None else {}}
 
 
+def requested_generation(request: _GenerationFields, lora_name: str | None = None) -> GenerationRequest:
+    """What the client asks of every generation, before the prompt and budget are known
+    (enough for a request format to say what it cannot do)."""
+    return GenerationRequest(
+        prompt="",
+        prompt_tokens=0,
+        max_tokens=0,
+        stream=request.is_stream,
+        sampling=sampling_for(request),
+        lora_name=lora_name,
+        logprobs=request.top_logprobs_count,
+        structured=structured_output_for(request),
+    )
+
+
 def plan_generations(
+    asked: GenerationRequest,
     request: _GenerationFields,
     prompt: Prompt,
     limits: Limits,
-    lora_name: str | None = None,
     structured: dict | None = None,
     extra_sampling: dict | None = None,
 ) -> list[GenerationRequest]:
-    """One generation per choice. With a seed, choice i uses seed + i, so choices differ but
-    the whole response stays reproducible. `structured` (from tool_choice) overrides
-    `response_format`."""
-    base = GenerationRequest(
+    """One generation per choice: `asked` with the prompt and the budget. With a seed, choice i
+    uses seed + i, so choices differ but the whole response stays reproducible. `structured`
+    (from tool_choice) overrides `response_format`."""
+    base = replace(
+        asked,
         prompt=prompt.text,
         prompt_tokens=prompt.num_tokens,
         prompt_token_ids=prompt.token_ids,
         max_tokens=max_tokens_for(request, prompt, limits),
-        stream=request.is_stream,
-        sampling={**sampling_for(request), **(extra_sampling or {})},
-        lora_name=lora_name,
-        logprobs=request.top_logprobs_count,
-        structured=structured or structured_output_for(request),
+        sampling={**asked.sampling, **(extra_sampling or {})},
+        structured=structured or asked.structured,
     )
     generations = [base]
     for i in range(1, request.choices):

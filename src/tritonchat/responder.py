@@ -63,7 +63,6 @@ class RequestState:
         self.lane = None  # set by Responder.start
         self.last_activity = 0.0
         self.last_cancel_check = 0.0
-        self.finished = threading.Event()
 
     def add_cancel_hook(self, hook: Callable[[], None]) -> None:
         self.cancel_hooks.append(hook)
@@ -249,7 +248,6 @@ class _Lane:
         state.done = True
         state.outcome = outcome
         self.open.pop(id(state), None)
-        state.finished.set()
 
     def _check_open_requests(self) -> None:
         now = self.clock()

@@ -1,4 +1,4 @@
-"""Settings of an `openai_chat` model instance, read from its `config.pbtxt` parameters.
+"""Settings of an `openai_chat` model instance: one typed table, read from `config.pbtxt` parameters.
 
 Where a setting is not given, it is found from the generation model: when the target is
 a vLLM model in the same repository, its `model.json` names the model files (for the
@@ -25,44 +25,105 @@ class ConfigError(ValueError):
     """A configuration mistake; raised at model load so the model fails to load with a clear message."""
 
 
+def setting(default: Any, meaning: str, choices: tuple[str, ...] = (), user: bool = False):
+    """One `config.pbtxt` parameter: its default, what it means (the README table is made from
+    this), the values it may take, and whether the shipped config.pbtxt lists it (`user`:
+    a parameter most deployments set)."""
+    return field(default=default, metadata={"meaning": meaning, "choices": choices, "user": user})
+
+
 @dataclass(frozen=True)
 class Settings:
-    target_model: str = "vllm_model"
-    target_model_version: int = -1
-    request_format: str = "vllm"
-    transport: str = "grpc"
-    grpc_url: str = "localhost:8001"
-    grpc_cancel: str = "auto"
-    tokenizer: str = ""
-    served_model_name: str = ""
-    max_model_len: int = 0
-    default_max_tokens: int = 0
-    chat_template_content_format: str = "auto"
-    trust_request_chat_template: str = "false"
-    structured_outputs_key: str = "structured_outputs"
-    lora_separator: str = ""
-    # TensorRT-LLM formats: input names that changed between releases, what the model
-    # returns, special ids (-1: the tokenizer's), LoRA task ids ("name:id,name:id").
-    trtllm_seed_input: str = "seed"
-    trtllm_min_tokens_input: str = "min_tokens"
-    trtllm_token_counts: str = "true"
-    end_id: int = -1
-    pad_id: int = -1
-    lora_task_ids: str = ""
-    tool_call_parser: str = ""
-    reasoning_parser: str = ""
-    reasoning_field: str = "reasoning_content"
-    cancel_check_interval_ms: int = 100
-    responder_threads: int = 4
-    idle_timeout_s: float = 600.0
-    # Everything from the target's model.json, when there is one (for reference only).
-    target_engine_args: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # LoRA adapters the target vLLM model serves (enable_lora and 1/multi_lora.json).
-    lora_adapters: tuple[str, ...] = ()
+    """Every parameter of `openai_chat` / `openai_completions`, declared once."""
 
-    @property
-    def trusts_request_chat_template(self) -> bool:
-        return _true(self.trust_request_chat_template)
+    target_model: str = setting("vllm_model", "generation model this model calls", user=True)
+    target_model_version: int = setting(-1, "its version (-1: latest)")
+    request_format: str = setting(
+        "vllm",
+        "the target's tensor interface: `vllm` (Triton's vLLM backend), `trtllm` (NVIDIA's TensorRT-LLM `ensemble` / "
+        "`tensorrt_llm_bls`) or `tensorrt_llm` (the `tensorrt_llm` model itself, token ids); see "
+        "[TensorRT-LLM](#tensorrt-llm)",
+        REQUEST_FORMATS,
+        user=True,
+    )
+    transport: str = setting(
+        "grpc",
+        "how the generation stream is read: `grpc` (a streaming call to this server's gRPC endpoint) or `bls` (see "
+        "[Transports](#transports-bls-and-why-grpc-is-the-default))",
+        TRANSPORTS,
+        user=True,
+    )
+    grpc_url: str = setting("localhost:8001", "this server's gRPC endpoint, for `transport: grpc`", user=True)
+    grpc_cancel: bool = setting(
+        False,
+        "`transport: grpc`: cancel a call no longer wanted (client gone, stop string, error) instead of reading it to "
+        "its end; cancelling crashes Triton 2.51 under load (see "
+        "[Disconnects](#disconnects-and-the-grpc-cancellation-race)): only on a release that passes `tools/storm.py`",
+    )
+    tokenizer: str = setting(
+        "", "tokenizer and chat template; empty: the target's `model.json` `tokenizer`, else its `model`", user=True
+    )
+    served_model_name: str = setting(
+        "", "the name clients send as `model`; empty: `model.json` `served_model_name`, else its `model`", user=True
+    )
+    max_model_len: int = setting(
+        0, "context length; 0: `model.json` `max_model_len`, else the model's `max_position_embeddings`", user=True
+    )
+    default_max_tokens: int = setting(0, "completion budget when a request sets none; 0: whatever fits in the context")
+    chat_template_content_format: str = setting(
+        "auto",
+        "message content as a `string` or as OpenAI parts (`openai`); `auto` reads the template",
+        ("auto", "string", "openai"),
+    )
+    trust_request_chat_template: bool = setting(False, "whether a request may bring its own `chat_template`")
+    structured_outputs_key: str = setting(
+        "structured_outputs",
+        "the vLLM backend's sampling-parameters key for constrained generation (`guided_decoding` in Triton "
+        "25.01-25.10)",
+    )
+    lora_separator: str = setting(
+        "",
+        "with e.g. `:`, `\"model\": \"<served>:<adapter>\"` selects a LoRA adapter from the vLLM model's "
+        "`multi_lora.json`",
+    )
+    trtllm_seed_input: str = setting(
+        "seed", "TensorRT-LLM formats: name of the seed input (`random_seed` in older releases)"
+    )
+    trtllm_min_tokens_input: str = setting(
+        "min_tokens", "TensorRT-LLM formats: name of the minimum-length input (`min_length` in older releases)"
+    )
+    trtllm_token_counts: bool = setting(
+        True,
+        "`trtllm`: ask the ensemble for `num_input_tokens` / `num_output_tokens` (releases that have them); `false`: "
+        "count with the tokenizer",
+    )
+    end_id: int = setting(
+        -1,
+        "TensorRT-LLM formats: end token id sent with every request; -1: `trtllm` sends none (NVIDIA's preprocessing "
+        "fills it in), `tensorrt_llm` sends the tokenizer's EOS",
+    )
+    pad_id: int = setting(
+        -1, "TensorRT-LLM formats: padding token id; -1: `trtllm` sends none, `tensorrt_llm` the tokenizer's (else EOS)"
+    )
+    lora_task_ids: str = setting(
+        "",
+        "TensorRT-LLM formats: `adapter:task_id,...`; `\"model\": \"<served><lora_separator><adapter>\"` sends that "
+        "`lora_task_id` (the adapter's weights must already be in the engine's LoRA cache)",
+    )
+    tool_call_parser: str = setting(
+        "", "`hermes`, `llama3_json`, `mistral` or `pythonic`; empty: `tool_choice: \"auto\"` is refused", user=True
+    )
+    reasoning_parser: str = setting("", "`deepseek_r1` or `qwen3`; empty: reasoning stays in `content`", user=True)
+    reasoning_field: str = setting(
+        "reasoning_content", "or `reasoning` (vLLM's newer field name)", ("reasoning_content", "reasoning")
+    )
+    cancel_check_interval_ms: int = setting(100, "how often a stream checks whether its client went away")
+    responder_threads: int = setting(4, "threads that build and send responses (each request stays on one)")
+    idle_timeout_s: float = setting(
+        600.0, "a generation model silent this long ends the request with a 503 error (0: never)"
+    )
+    # Found at load, not a parameter: the LoRA adapters the target vLLM model serves.
+    lora_adapters: tuple[str, ...] = field(default=(), metadata={"parameter": False})
 
     @property
     def lora_task_id_map(self) -> dict[str, int]:
@@ -77,7 +138,7 @@ class Settings:
     @classmethod
     def from_parameters(cls, parameters: dict[str, str], model_repository: str | Path | None) -> Settings:
         """Build settings from flat `{key: string value}` parameters and the model's own directory."""
-        known = {f.name: f for f in fields(cls) if f.name not in ("target_engine_args", "lora_adapters")}
+        known = {f.name: f for f in parameter_fields()}
         values: dict[str, Any] = {}
         for key, raw in parameters.items():
             if key not in known:
@@ -85,20 +146,8 @@ class Settings:
             raw = raw.strip()
             if raw == "" or raw.startswith("${"):
                 continue
-            kind = type(getattr(cls, key)) if hasattr(cls, key) else str
-            try:
-                values[key] = kind(raw)
-            except ValueError:
-                raise ConfigError(f"parameter {key!r} must be a {kind.__name__}, got {raw!r}") from None
+            values[key] = _convert(known[key], raw)
         settings = cls(**values)
-        if settings.request_format not in REQUEST_FORMATS:
-            raise ConfigError(
-                f"parameter 'request_format' must be one of {', '.join(REQUEST_FORMATS)}; got {settings.request_format!r}"
-            )
-        if settings.transport not in TRANSPORTS:
-            raise ConfigError(f"parameter 'transport' must be one of {', '.join(TRANSPORTS)}; got {settings.transport!r}")
-        if settings.grpc_cancel not in ("auto", "true", "false"):
-            raise ConfigError(f"parameter 'grpc_cancel' must be auto, true or false; got {settings.grpc_cancel!r}")
         for key, lookup in (("tool_call_parser", get_tool_parser), ("reasoning_parser", get_reasoning_parser)):
             name = getattr(settings, key)
             if name:
@@ -106,10 +155,7 @@ class Settings:
                     lookup(name)
                 except ValueError as exc:
                     raise ConfigError(f"parameter {key!r}: {exc}") from None
-        if settings.reasoning_field not in ("reasoning_content", "reasoning"):
-            raise ConfigError("parameter 'reasoning_field' must be reasoning_content or reasoning")
-        if settings.chat_template_content_format not in ("auto", "string", "openai"):
-            raise ConfigError("parameter 'chat_template_content_format' must be auto, string or openai")
+        settings.lora_task_id_map  # noqa: B018  (raises ConfigError when malformed)
         return settings._resolve(Path(model_repository) if model_repository else None)
 
     def _resolve(self, model_dir: Path | None) -> Settings:
@@ -125,18 +171,60 @@ class Settings:
             served = self.target_model
         max_len = self.max_model_len or int(engine_args.get("max_model_len") or 0)
         adapters = read_lora_adapters(engine_args, version_dir) or tuple(self.lora_task_id_map)
-        return replace(
-            self,
-            tokenizer=str(tokenizer),
-            served_model_name=str(served),
-            max_model_len=max_len,
-            target_engine_args=engine_args,
-            lora_adapters=adapters,
-        )
+        return replace(self, tokenizer=str(tokenizer), served_model_name=str(served), max_model_len=max_len,
+                       lora_adapters=adapters)
 
 
-def _true(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes")
+def parameter_fields() -> list:
+    """The settings that are `config.pbtxt` parameters, in declaration order."""
+    return [f for f in fields(Settings) if f.metadata.get("parameter", True)]
+
+
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
+def _convert(spec, raw: str) -> Any:
+    kind = type(spec.default)
+    if kind is bool:
+        if raw.lower() not in _TRUE + _FALSE:
+            raise ConfigError(f"parameter {spec.name!r} must be true or false, got {raw!r}")
+        return raw.lower() in _TRUE
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"parameter {spec.name!r} must be a {kind.__name__}, got {raw!r}") from None
+    choices = spec.metadata["choices"]
+    if choices and value not in choices:
+        raise ConfigError(f"parameter {spec.name!r} must be one of {', '.join(choices)}; got {raw!r}")
+    return value
+
+
+def config_value(spec) -> str:
+    """A setting's default as `config.pbtxt` writes it."""
+    if isinstance(spec.default, bool):
+        return "true" if spec.default else "false"
+    if isinstance(spec.default, float) and spec.default.is_integer():
+        return str(int(spec.default))
+    return str(spec.default)
+
+
+def shipped_parameters() -> str:
+    """The `parameters` lines of the shipped config.pbtxt files: the settings most deployments
+    set, at their defaults (the rest keep their defaults unless added; see README)."""
+    return "".join(
+        f'parameters {{ key: "{spec.name}", value: {{ string_value: "{config_value(spec)}" }} }}\n'
+        for spec in parameter_fields()
+        if spec.metadata["user"]
+    )
+
+
+def markdown_table() -> str:
+    """The README's table of parameters."""
+    lines = ["| parameter | default | meaning |", "|---|---|---|"]
+    for spec in parameter_fields():
+        value = config_value(spec)
+        lines.append(f"| `{spec.name}` | {f'`{value}`' if value else 'empty'} | {spec.metadata['meaning']} |")
+    return "\n".join(lines) + "\n"
 
 
 def _first(value):

@@ -134,24 +134,11 @@ class PromptRenderer:
         return out
 
     def render(self, request: ChatCompletionRequest) -> Prompt:
-        add_generation_prompt = request.add_generation_prompt
         continue_final = bool(request.continue_final_message)
+        add_generation_prompt = request.add_generation_prompt
         if add_generation_prompt is None:
             add_generation_prompt = not continue_final
-        if add_generation_prompt and continue_final:
-            raise BadRequestError(
-                "'add_generation_prompt' and 'continue_final_message' cannot both be true.",
-                param="continue_final_message",
-            )
-        if continue_final and request.messages[-1].role != "assistant":
-            raise BadRequestError(
-                "'continue_final_message' needs the last message to be from the assistant.",
-                param="continue_final_message",
-            )
         kwargs = dict(request.chat_template_kwargs or {})
-        for reserved in ("messages", "tools", "add_generation_prompt", "continue_final_message", "tokenize", "chat_template"):
-            if reserved in kwargs:
-                raise BadRequestError(f"'chat_template_kwargs' must not set {reserved!r}.", param="chat_template_kwargs")
         tools = [tool.model_dump(exclude_none=True, by_alias=True) for tool in request.tools] if request.tools else None
         if request.chat_template is not None:
             kwargs["chat_template"] = request.chat_template

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .choice_text import ChoiceText
-from .errors import BadRequestError
 from .parsers.base import Delta, ReasoningParser, ToolParser, get_reasoning_parser, get_tool_parser
 from .parsers.tool_calls.json_call import JsonCall, settle_call, stream_call
 from .protocol import ChatCompletionRequest, NamedToolChoice
@@ -38,12 +37,6 @@ class NamedToolParser(ToolParser):
             self._index = self._open_call(self.name)
         if text:
             self._emit_arguments(self._index, text)
-
-    def parse(self, text: str):
-        fresh = NamedToolParser(self.name, self._make_id)
-        fresh.feed(text)
-        fresh.finish()
-        return None, fresh.calls
 
 
 class RequiredToolParser(ToolParser):
@@ -95,12 +88,6 @@ class RequiredToolParser(ToolParser):
         self._pending = ""
         return False
 
-    def parse(self, text: str):
-        fresh = RequiredToolParser(self.tools, self._make_id)
-        fresh.feed(text)
-        fresh.finish()
-        return None, fresh.calls
-
 
 class FirstCallOnly(ToolParser):
     """`parallel_tool_calls: false` in `auto` mode: keep the first call a parser finds."""
@@ -137,10 +124,6 @@ class ToolPlan:
     sampling: dict | None = None  # sampling parameters the parsing needs
 
 
-def _functions(request: ChatCompletionRequest) -> dict[str, dict]:
-    return {tool.function.name: tool.function.model_dump(exclude_none=True) for tool in request.tools or []}
-
-
 def required_schema(functions: dict[str, dict], one_call: bool) -> dict:
     schema = {
         "type": "array",
@@ -171,28 +154,17 @@ def plan_tools(
     reasoning_parser: str,
     starts_in_reasoning: bool,
 ) -> ToolPlan:
-    """Check the tool fields (400 naming the field) and decide constraint and parsing."""
-    functions = _functions(request)
-    choice = request.tool_choice
-    if request.tools is not None and not request.tools:
-        raise BadRequestError("'tools' must not be empty; leave it out instead.", param="tools")
-    if choice is not None and not request.tools and choice != "none":
-        raise BadRequestError("'tool_choice' needs 'tools'.", param="tool_choice")
-    if choice is None:
-        choice = "auto" if functions else "none"
+    """The constraint and the parsing that `tool_choice` asks for (the request is already valid,
+    and `check_policy` made sure a parser is configured where one is needed)."""
+    functions = request.functions
+    choice = request.effective_tool_choice
     one_call = request.parallel_tool_calls is False
-    constrained = isinstance(choice, NamedToolChoice) or choice == "required"
-    if constrained and request.response_format is not None and request.response_format.type != "text":
-        raise BadRequestError("'response_format' cannot be combined with a named or required 'tool_choice'.", param="response_format")
-
     reasoning_class = get_reasoning_parser(reasoning_parser) if reasoning_parser else None
     structured = None
     sampling = None
     finish = "tool_calls"
     if isinstance(choice, NamedToolChoice):
         name = choice.function.name
-        if name not in functions:
-            raise BadRequestError(f"The tool {name!r} in 'tool_choice' is not in 'tools'.", param="tool_choice")
         structured = {"json": functions[name].get("parameters") or {"type": "object", "properties": {}}}
         finish = None
 
@@ -204,12 +176,6 @@ def plan_tools(
         def make_tools() -> ToolParser | None:
             return RequiredToolParser(request_tools(request))
     elif choice == "auto":
-        if not tool_call_parser:
-            raise BadRequestError(
-                "This server does not parse tool calls ('tool_call_parser' is not set): use tool_choice 'none', "
-                "'required' or a named function.",
-                param="tool_choice",
-            )
         parser_class = get_tool_parser(tool_call_parser)
         if parser_class.needs_special_tokens:
             sampling = {"skip_special_tokens": False}

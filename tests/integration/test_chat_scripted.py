@@ -18,13 +18,10 @@ import pytest
 import requests
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.harness import GrpcChatClient, script
+from tests.helpers import GrpcChatClient, script, user
 
 pytestmark = pytest.mark.integration
 
-
-def user(content) -> dict:
-    return {"messages": [{"role": "user", "content": content}]}
 
 
 def check_stream_layout(chunks: list[dict], *, include_usage: bool = False) -> None:
@@ -332,9 +329,9 @@ def wait_for_markers(server_log, markers: list[str], timeout: float = 5.0) -> st
 
 
 def test_client_disconnect_stops_the_stream(triton, scripted, server_log):
-    """openai_chat stops at once. The generation it started is cancelled where Triton allows it
-    safely; over gRPC on releases before 2.57 (and over BLS before 25.04) it runs to its end
-    instead, read and discarded (see test_disconnects.py for why)."""
+    """openai_chat stops at once. The generation it started is cancelled over BLS where the
+    release can (25.04 and later); over gRPC it runs to its end, read and discarded, unless
+    `grpc_cancel` is set (see test_disconnects.py for why)."""
     route = scripted.route
     request_id = f"disconnect-{route}-{time.monotonic_ns()}"
     drop_after_three_chunks(triton, scripted.model, request_id, count=60)
@@ -344,14 +341,14 @@ def test_client_disconnect_stops_the_stream(triton, scripted, server_log):
         assert marker in log_text
     time.sleep(1.5)  # the 60 chunks (1.2 s) have ended by now, one way or the other
     cancelled = f"{route.target}: request '{request_id}' cancelled after" in server_log.read_text(errors="replace")
-    assert cancelled == (route.transport == "grpc" and triton.version >= (2, 57))
+    assert cancelled == (route.transport == "bls" and triton.version >= (2, 57))
     # The model keeps serving.
     status, _ = scripted.create(user("still there?"))
     assert status == 200
 
 
 def test_grpc_cancel_true_cancels_the_generation(triton, server_log):
-    """`grpc_cancel: true` forces cancelling (for releases without the race)."""
+    """`grpc_cancel: true` cancels the gRPC call (for a release known to survive it)."""
     request_id = f"disconnect-forced-{time.monotonic_ns()}"
     drop_after_three_chunks(triton, "chat_scripted_cancel", request_id, count=400)
     markers = [f"chatcmpl-{request_id}: The request was cancelled by the client",

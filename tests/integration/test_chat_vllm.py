@@ -8,7 +8,7 @@ import threading
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.harness import GrpcChatClient
+from tests.helpers import GrpcChatClient
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import requests
 
-from tests.harness import write_random_lora
+from tools.repositories import write_random_lora
 from tools.tritonlocal import TritonServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.harness import ChatClient, script
+from tests.helpers import ChatClient, script, user
 
 pytestmark = pytest.mark.integration
 
@@ -19,9 +19,6 @@ CONVERSATION = [
     {"role": "user", "content": "Tell me about the river."},
 ]
 
-
-def user(content) -> dict:
-    return {"messages": [{"role": "user", "content": content}]}
 
 
 def greedy(max_tokens: int, **fields) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT
+from tools.repositories import ROOT
 from tools.tritonlocal import free_port
 
 pytestmark = pytest.mark.integration

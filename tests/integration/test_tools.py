@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.harness import ChatClient, script
+from tests.helpers import ChatClient, script
 
 pytestmark = pytest.mark.integration
 

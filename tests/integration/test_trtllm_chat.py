@@ -11,7 +11,7 @@ import json
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.harness import ChatClient, script
+from tests.helpers import ChatClient, script, user
 
 pytestmark = pytest.mark.integration
 
@@ -28,9 +28,6 @@ def fmt(request) -> str:
 def chat(triton, fmt) -> ChatClient:
     return ChatClient(triton.http_url, MODELS[fmt])
 
-
-def user(content, **fields) -> dict:
-    return {"messages": [{"role": "user", "content": content}], **fields}
 
 
 def echo(chat: ChatClient, **fields) -> dict:

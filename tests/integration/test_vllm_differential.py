@@ -81,7 +81,7 @@ def vllm_chat(url: str, request: dict) -> dict:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_same_answer_as_vllms_server(vllm_server, triton, case):
-    from tests.harness import ChatClient
+    from tests.helpers import ChatClient
 
     request = {"temperature": 0, "max_tokens": 24, **CASES[case]}
     reference = vllm_chat(vllm_server, request)
@@ -93,7 +93,7 @@ def test_same_answer_as_vllms_server(vllm_server, triton, case):
 
 
 def test_same_stop_string_handling(vllm_server, triton):
-    from tests.harness import ChatClient
+    from tests.helpers import ChatClient
 
     base = {"temperature": 0, "max_tokens": 24, "ignore_eos": True, **CASES["system and user"]}
     text = vllm_chat(vllm_server, base)["choices"][0]["message"]["content"]

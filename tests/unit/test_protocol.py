@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tritonchat.errors import BadRequestError
-from tritonchat.protocol import parse_chat_request
+from tritonchat.protocol import parse_chat_request, parse_completion_request
 
 
 def body(**fields) -> str:
@@ -81,3 +81,54 @@ def test_errors_name_the_field(raw, param, fragment):
         assert fragment in error.message
     body = error.to_dict()["error"]
     assert set(body) == {"message", "type", "param", "code"} and body["type"] == "invalid_request_error"
+
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "param", "fragment"),
+    [
+        ({"top_logprobs": 2}, "top_logprobs", "requires 'logprobs'"),
+        ({"stream_options": {"include_usage": True}}, "stream_options", "only allowed when 'stream' is true"),
+        ({"add_generation_prompt": True, "continue_final_message": True}, "continue_final_message", "both"),
+        ({"continue_final_message": True}, "continue_final_message", "last message"),
+        ({"chat_template_kwargs": {"tools": []}}, "chat_template_kwargs", "'tools'"),
+        ({"tools": []}, "tools", "must not be empty"),
+        ({"tool_choice": "required"}, "tool_choice", "needs 'tools'"),
+        ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "other"}}}, "tool_choice",
+         "'other'"),
+        ({"tools": [TOOL], "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format",
+         "cannot be combined"),
+    ],
+)
+def test_chat_cross_field_rules(fields, param, fragment):
+    """Rules that tie fields together are validators of the request model: a 400 naming the field."""
+    error = error_for(body(**fields))
+    assert error.param == param and fragment in error.message
+
+
+def test_chat_cross_field_rules_pass():
+    request = parse_chat_request(body(n=4, logprobs=True, top_logprobs=2, tools=[TOOL], tool_choice="none", stream=True,
+                                      stream_options={"include_usage": True, "continuous_usage_stats": True},
+                                      response_format={"type": "json_object"}, chat_template="{{ 'x' }}"))
+    assert request.effective_tool_choice == "none" and list(request.functions) == ["get_weather"]
+    assert parse_chat_request(body(tools=[TOOL])).effective_tool_choice == "auto"
+    assert parse_chat_request(body()).effective_tool_choice == "none"
+
+
+@pytest.mark.parametrize(
+    ("fields", "param"),
+    [
+        ({"prompt": ["a", "b"]}, "prompt"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": "x", "suffix": "y"}, "suffix"),
+        ({"prompt": "x", "best_of": 3}, "best_of"),
+        ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
+        ({"prompt": "x", "stream_options": {"include_usage": True}}, "stream_options"),
+    ],
+)
+def test_completion_rules(fields, param):
+    with pytest.raises(BadRequestError) as info:
+        parse_completion_request(json.dumps(fields))
+    assert info.value.param == param

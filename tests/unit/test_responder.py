@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
@@ -11,33 +10,7 @@ from tritonchat.errors import CancelledError, InternalError, OpenAIError, Unavai
 from tritonchat.responder import RequestState, Responder
 from tritonchat.response import ChatResponseBuilder
 
-
-class FakeSink:
-    def __init__(self, send_delay: float = 0.0, cancel_after_sends: int | None = None):
-        self.sent: list[tuple[str, bool]] = []
-        self.errors: list[OpenAIError] = []
-        self.send_delay = send_delay
-        self.cancel_after_sends = cancel_after_sends
-        self.done = threading.Event()
-
-    def send(self, payload: str, final: bool) -> None:
-        assert not self.done.is_set(), "nothing may be sent after FINAL"
-        time.sleep(self.send_delay)
-        self.sent.append((payload, final))
-        if final:
-            self.done.set()
-
-    def send_error(self, error: OpenAIError) -> None:
-        assert not self.done.is_set(), "nothing may be sent after FINAL"
-        self.errors.append(error)
-        self.done.set()
-
-    def is_cancelled(self) -> bool:
-        return self.cancel_after_sends is not None and len(self.sent) >= self.cancel_after_sends
-
-    @property
-    def payloads(self) -> list[dict]:
-        return [json.loads(p) for p, _ in self.sent]
+from tests.unit.fakes import FakeSink
 
 
 class FakeGeneration:
@@ -87,7 +60,7 @@ def run(generations, sink: FakeSink, *, stream=True, responder: Responder | None
     for index, generation in enumerate(generations):
         generation.start(responder, state, index)
     assert sink.done.wait(timeout), "the responder never sent FINAL"
-    assert state.finished.wait(2)
+    assert state.done
     responder.stop()
     return state
 

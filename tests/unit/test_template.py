@@ -8,12 +8,7 @@ import pytest
 
 from tritonchat.errors import BadRequestError
 from tritonchat.protocol import parse_chat_request
-from tritonchat.template import PromptRenderer, load_tokenizer, template_iterates_content
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    return load_tokenizer(str(tiny_model))
+from tritonchat.template import PromptRenderer, template_iterates_content
 
 
 @pytest.fixture(scope="module")

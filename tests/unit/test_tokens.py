@@ -1,6 +1,5 @@
 """Token bytes for logprobs: from the byte-level vocabulary, or the text when the id is unknown."""
 
-import pytest
 
 from tritonchat.tokens import TokenBytes
 

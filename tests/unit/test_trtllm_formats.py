@@ -12,12 +12,6 @@ from tritonchat.formats import FormatOptions, GenerationRequest, TensorRtLlmForm
 from tritonchat.formats.detokenize import IncrementalDetokenizer, StopStrings
 from tritonchat.formats.tensorrt_llm import stop_words_list
 from tritonchat.errors import BadRequestError, NotFoundError
-from tritonchat.template import load_tokenizer
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model):
-    return load_tokenizer(str(tiny_model))
 
 
 def request(**kw) -> GenerationRequest:

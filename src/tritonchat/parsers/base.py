@@ -126,12 +126,6 @@ class ToolParser(_StreamingParser):
     def default_make_id() -> str:
         return default_call_id()
 
-    def parse(self, text: str) -> tuple[str | None, list[ToolCall]]:
-        """Whole text: (content or None, calls). Same result as streaming it."""
-        fresh = type(self)(self.tools, self._make_id)
-        content = fresh.feed(text).content + fresh.finish().content
-        return content or None, fresh.calls
-
     def _open_call(self, name: str) -> int:
         index = len(self.calls)
         call = ToolCall(id=self._make_id(), name=name, arguments="")
@@ -157,12 +151,6 @@ class ReasoningParser(_StreamingParser):
         super().__init__()
         self.starts_in_reasoning = starts_in_reasoning
 
-    def parse(self, text: str) -> tuple[str | None, str | None]:
-        """Whole text: (reasoning or None, content or None). Same result as streaming it."""
-        fresh = type(self)(self.starts_in_reasoning)
-        first, last = fresh.feed(text), fresh.finish()
-        return (first.reasoning + last.reasoning) or None, (first.content + last.content) or None
-
     def _emit_reasoning(self, text: str) -> None:
         self._delta.reasoning += text
 
@@ -178,7 +166,6 @@ def _registrar(registry: dict[str, type[_T]], name: str) -> Callable[[type[_T]],
         if name in registry and registry[name] is not cls:
             raise ValueError(f"parser name {name!r} is already taken by {registry[name].__name__}")
         registry[name] = cls
-        cls.registered_name = name  # type: ignore[attr-defined]
         return cls
 
     return register

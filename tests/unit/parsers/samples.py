@@ -325,3 +325,15 @@ def mutate(rng: random.Random, text: str) -> str:
     if mutation == "drop":
         return text[:position] + text[position + 1 :]
     return text[:position] + rng.choice('{}"[],;:\'()<> x1-.\n') + text[position:]
+
+
+def whole_tools(parser, text: str):
+    """(content or None, calls) of a whole text: one feed, then finish."""
+    content = parser.feed(text).content + parser.finish().content
+    return content or None, parser.calls
+
+
+def whole_reasoning(parser, text: str):
+    """(reasoning or None, content or None) of a whole text: one feed, then finish."""
+    first, last = parser.feed(text), parser.finish()
+    return (first.reasoning + last.reasoning) or None, (first.content + last.content) or None

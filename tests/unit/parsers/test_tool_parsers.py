@@ -28,6 +28,7 @@ from .samples import (
     mutate,
     random_tool_output,
     split_description,
+    whole_tools,
     splittings,
     stream_tool_parser,
 )
@@ -44,7 +45,7 @@ JSON_FORMAT_SAMPLES = [(name, sample) for name, sample in SAMPLES if name != "py
 
 def assert_every_splitting_gives(parser_name: str, text: str, content: str | None, calls: list[tuple[str, str]]):
     parser_class = get_tool_parser(parser_name)
-    parsed_content, parsed_calls = parser_class().parse(text)
+    parsed_content, parsed_calls = whole_tools(parser_class(), text)
     assert (parsed_content, call_summary(parsed_calls)) == (content, calls), "parse()"
     for pieces in splittings(text):
         streamed = stream_tool_parser(parser_class(), pieces)
@@ -299,7 +300,7 @@ def test_unusual_output_is_never_lost(parser_name, description, text, content, c
 
 
 def test_default_ids_are_call_and_24_alphanumerics_and_unique():
-    _, calls = get_tool_parser("hermes")().parse(
+    _, calls = whole_tools(get_tool_parser("hermes")(), 
         '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {}}</tool_call>'
     )
     assert all(re.fullmatch(r"call_[A-Za-z0-9]{24}", call.id) for call in calls)
@@ -307,7 +308,7 @@ def test_default_ids_are_call_and_24_alphanumerics_and_unique():
 
 
 def test_mistral_ids_are_9_alphanumerics():
-    _, calls = get_tool_parser("mistral")().parse("[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[ARGS]{}")
+    _, calls = whole_tools(get_tool_parser("mistral")(), "[TOOL_CALLS]a[ARGS]{}[TOOL_CALLS]b[ARGS]{}")
     assert all(re.fullmatch(r"[A-Za-z0-9]{9}", call.id) for call in calls)
     assert calls[0].id != calls[1].id
 
@@ -363,7 +364,7 @@ def test_damaged_outputs_give_the_same_result_in_every_splitting(parser_name: st
     parser_class = get_tool_parser(parser_name)
     for case in range(FUZZ_CASES):
         text = mutate(rng, random_tool_output(rng, parser_name)[0])
-        content, calls = parser_class().parse(text)
+        content, calls = whole_tools(parser_class(), text)
         if not calls:
             assert content == (text or None), "text that holds no call must come back whole as content"
         for pieces in splittings(text, count=FUZZ_SPLITTINGS, seed=case):

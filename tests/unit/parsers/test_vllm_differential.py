@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import logging
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -35,10 +33,10 @@ from .samples import (  # noqa: E402
     PYTHONIC_SAMPLES,
     Sample,
     json_call_summary,
+    whole_reasoning,
+    whole_tools,
 )
 
-ROOT = Path(__file__).resolve().parents[3]
-TINY_MODEL = ROOT / "build" / "tiny-chat"
 TOKEN_SPLITTINGS = 6
 TOOLS = [
     {
@@ -75,14 +73,6 @@ def quiet_vllm():
     logger.setLevel(level)
 
 
-@pytest.fixture(scope="module")
-def tiny_model() -> Path:
-    if not (TINY_MODEL / "tokenizer.json").exists():
-        script = ROOT / "tools" / "make_tiny_model.py"
-        subprocess.run([sys.executable, str(script), "--out", str(TINY_MODEL)], check=True)
-    return TINY_MODEL
-
-
 def load_tokenizer(tiny_model: Path, extra_tokens: list[str]):
     from transformers import AutoTokenizer
 
@@ -93,7 +83,7 @@ def load_tokenizer(tiny_model: Path, extra_tokens: list[str]):
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model):
+def marker_tokenizer(tiny_model):
     return load_tokenizer(tiny_model, ["<|python_tag|>", "[TOOL_CALLS]"])
 
 
@@ -176,11 +166,11 @@ def expected(sample: Sample) -> tuple[str | None, list]:
 
 
 TOOL_CASES = (
-    [("hermes", "hermes", "tokenizer", sample) for sample in HERMES_SAMPLES]
-    + [("llama3_json", "llama3_json", "tokenizer", sample) for sample in LLAMA3_SAMPLES]
-    + [("mistral", "mistral", "tokenizer", sample) for sample in MISTRAL_SAMPLES]
+    [("hermes", "hermes", "marker_tokenizer", sample) for sample in HERMES_SAMPLES]
+    + [("llama3_json", "llama3_json", "marker_tokenizer", sample) for sample in LLAMA3_SAMPLES]
+    + [("mistral", "mistral", "marker_tokenizer", sample) for sample in MISTRAL_SAMPLES]
     + [("mistral", "mistral", "tokenizer_v11", sample) for sample in MISTRAL_V11_SAMPLES]
-    + [("pythonic", "pythonic", "tokenizer", sample) for sample in PYTHONIC_SAMPLES]
+    + [("pythonic", "pythonic", "marker_tokenizer", sample) for sample in PYTHONIC_SAMPLES]
 )
 TOOL_CASE_IDS = [f"{case[0]}: {case[3]}" for case in TOOL_CASES]
 
@@ -194,7 +184,7 @@ def vllm_tool_parser(vllm_name: str, tokenizer):
 @pytest.mark.parametrize("ours, theirs, tokenizer_fixture, sample", TOOL_CASES, ids=TOOL_CASE_IDS)
 def test_whole_text_matches_vllm(ours, theirs, tokenizer_fixture, sample, request, request_with_tools):
     tokenizer = request.getfixturevalue(tokenizer_fixture)
-    content, calls = get_tool_parser(ours)().parse(sample.text)
+    content, calls = whole_tools(get_tool_parser(ours)(), sample.text)
     assert (content, json_call_summary(calls)) == expected(sample)
 
     if (ours, sample.name, "whole") in VLLM_DIFFERENCES:
@@ -291,7 +281,7 @@ def test_reasoning_matches_vllm(ours, starts_in_reasoning, theirs, kwargs, text,
 
     their_class = ReasoningParserManager.get_reasoning_parser(theirs)
     our_class = get_reasoning_parser(ours)
-    our_whole = our_class(starts_in_reasoning).parse(text)
+    our_whole = whole_reasoning(our_class(starts_in_reasoning), text)
 
     if reasoning_difference(ours, starts_in_reasoning, text, "whole") is None:
         their_reasoning, their_content = their_class(tokenizer, **kwargs).extract_reasoning(text, request_with_tools)
@@ -351,5 +341,5 @@ DELIBERATE_DIFFERENCES = [
     ids=[case[3][:60] for case in DELIBERATE_DIFFERENCES],
 )
 def test_deliberate_differences(parser_name, text, ours, vllm_behaviour):
-    content, calls = get_tool_parser(parser_name)().parse(text)
+    content, calls = whole_tools(get_tool_parser(parser_name)(), text)
     assert (content, json_call_summary(calls)) == ours

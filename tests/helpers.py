@@ -1,58 +1,18 @@
-"""Shared test helpers: build a test model repository and talk to `openai_chat` over HTTP and gRPC."""
+"""Test helpers: request builders and clients of `openai_chat` over HTTP and gRPC."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import requests
 
-from tritonchat.repository import set_parameter
-
-ROOT = Path(__file__).resolve().parent.parent
-TEST_MODELS = Path(__file__).resolve().parent / "models"
-
-# vLLM engine settings for the tiny model on this machine's CPU.
-TINY_ENGINE_ARGS = {
-    "dtype": "float32",
-    "enforce_eager": True,
-    "gpu_memory_utilization": 0.1,
-    "max_model_len": 2048,
-    "served_model_name": "tiny-chat",
-}
+from tools.repositories import ROOT  # noqa: F401  (tests find the project from here)
 
 
-def add_chat_model(repo: Path, name: str, source: str = "openai_chat", **parameters: str) -> Path:
-    """Copy `openai_chat` (or `source`) into `repo` under `name` with the given config parameters."""
-    dst = repo / name
-    shutil.copytree(ROOT / "model_repository" / source, dst, ignore=shutil.ignore_patterns("__pycache__"))
-    config = (dst / "config.pbtxt").read_text()
-    for key, value in parameters.items():
-        config = set_parameter(config, key, value)
-    (dst / "config.pbtxt").write_text(config)
-    return dst
-
-
-def add_test_model(repo: Path, name: str, source: str | None = None) -> Path:
-    """A model from tests/models (`source`, default `name`) under `name`."""
-    dst = repo / name
-    shutil.copytree(TEST_MODELS / (source or name), dst, ignore=shutil.ignore_patterns("__pycache__"))
-    return dst
-
-
-def add_vllm_model(repo: Path, name: str, model_dir: Path, lora_adapters: dict | None = None, **engine_args) -> Path:
-    """The committed vllm_model config with a model.json for `model_dir` (and LoRA adapters)."""
-    dst = repo / name
-    (dst / "1").mkdir(parents=True)
-    shutil.copy(ROOT / "model_repository" / "vllm_model" / "config.pbtxt", dst / "config.pbtxt")
-    args = {"model": str(model_dir), **TINY_ENGINE_ARGS, **engine_args}
-    if lora_adapters:
-        args.update(enable_lora=True, max_lora_rank=8)
-        (dst / "1" / "multi_lora.json").write_text(json.dumps({k: str(v) for k, v in lora_adapters.items()}))
-    (dst / "1" / "model.json").write_text(json.dumps(args, indent=2))
-    return dst
+def user(content, **fields) -> dict:
+    """A chat request with one user message."""
+    return {"messages": [{"role": "user", "content": content}], **fields}
 
 
 def script(**spec) -> str:
@@ -166,35 +126,3 @@ class GrpcChatClient:
         finally:
             client.stop_stream()
             client.close()
-
-
-def write_random_lora(base: Path, out: Path, rank: int = 8) -> Path:
-    """A PEFT-format LoRA adapter (q_proj, v_proj) with random weights for the tiny Llama."""
-    import torch
-    from safetensors.torch import save_file
-
-    config = json.loads((base / "config.json").read_text())
-    hidden = config["hidden_size"]
-    kv_width = config["num_key_value_heads"] * (hidden // config["num_attention_heads"])
-    generator = torch.Generator().manual_seed(1)
-    tensors = {}
-    for layer in range(config["num_hidden_layers"]):
-        for module, width in (("q_proj", hidden), ("v_proj", kv_width)):
-            prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
-            tensors[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden, generator=generator) * 0.5
-            tensors[f"{prefix}.lora_B.weight"] = torch.randn(width, rank, generator=generator) * 0.5
-    out.mkdir(parents=True)
-    save_file(tensors, str(out / "adapter_model.safetensors"))
-    adapter_config = {
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "r": rank,
-        "lora_alpha": 2 * rank,
-        "lora_dropout": 0.0,
-        "target_modules": ["q_proj", "v_proj"],
-        "bias": "none",
-        "fan_in_fan_out": False,
-        "base_model_name_or_path": str(base),
-    }
-    (out / "adapter_config.json").write_text(json.dumps(adapter_config))
-    return out

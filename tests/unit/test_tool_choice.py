@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from tritonchat.errors import BadRequestError
+from tests.unit.parsers.samples import whole_tools
 from tritonchat.protocol import parse_chat_request
 from tritonchat.tool_choice import (
     FirstCallOnly,
@@ -47,12 +47,9 @@ def test_no_tools_no_parsing():
     assert plan(request(tools=[WEATHER], tool_choice="none")).choice_text is None
 
 
-def test_auto_is_the_default_with_tools_and_needs_a_parser():
+def test_auto_is_the_default_with_tools():
     p = plan(request(tools=[WEATHER]))
     assert p.structured is None and p.calls_finish_reason == "tool_calls"
-    with pytest.raises(BadRequestError) as info:
-        plan(request(tools=[WEATHER]), parser="")
-    assert info.value.param == "tool_choice"
 
 
 def test_named_choice_constrains_to_the_parameters():
@@ -74,21 +71,6 @@ def test_required_choice_constrains_to_an_array_of_calls():
     assert one.structured["json"]["maxItems"] == 1
 
 
-@pytest.mark.parametrize(
-    ("fields", "param"),
-    [
-        ({"tool_choice": "required"}, "tool_choice"),
-        ({"tools": [], "tool_choice": "auto"}, "tools"),
-        ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
-        ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
-    ],
-)
-def test_tool_mistakes_are_400(fields, param):
-    with pytest.raises(BadRequestError) as info:
-        plan(request(**fields))
-    assert info.value.param == param
-
-
 REQUIRED_OUTPUT = '[{"name": "get_weather", "parameters": {"city": "Oslo, \\"Norway\\""}}, {"name": "get_time", "parameters": {}}]'
 
 
@@ -107,7 +89,7 @@ def test_required_parser_is_chunking_invariant(seed):
             calls[piece.index][1] += piece.arguments
     assert [(name, json.loads(args)) for name, args in calls.values()] == [
         ("get_weather", {"city": 'Oslo, "Norway"'}), ("get_time", {})]
-    _, whole = RequiredToolParser().parse(REQUIRED_OUTPUT)
+    _, whole = whole_tools(RequiredToolParser(), REQUIRED_OUTPUT)
     assert [(c.name, c.arguments) for c in whole] == [tuple(v) for v in calls.values()]
     assert len({c.id for c in whole}) == 2
 

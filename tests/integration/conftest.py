@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT, ChatClient, add_chat_model, add_test_model, add_vllm_model, write_random_lora
+from tests.helpers import ChatClient
+from tools.repositories import ROOT, add_chat_model, add_test_model, add_vllm_model, write_random_lora
 from tritonchat.repository import set_parameter
 from tools.tritonlocal import TritonServer, free_port
 

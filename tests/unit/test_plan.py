@@ -1,4 +1,4 @@
-"""Completion budget, context-length errors and sampling settings."""
+"""Completion budget, context-length errors, sampling settings and one generation per choice."""
 
 from __future__ import annotations
 
@@ -7,15 +7,7 @@ import json
 import pytest
 
 from tritonchat.errors import BadRequestError, NotFoundError
-from tritonchat.plan import (
-    Limits,
-    ModelNames,
-    check_chat_request,
-    check_completion_request,
-    max_tokens_for,
-    plan_generations,
-    sampling_for,
-)
+from tritonchat.plan import Limits, ModelNames, max_tokens_for, plan_generations, requested_generation, sampling_for
 from tritonchat.protocol import parse_chat_request, parse_completion_request
 from tritonchat.template import Prompt
 
@@ -25,6 +17,10 @@ def request(**fields):
 
 
 PROMPT = Prompt(text="p", num_tokens=100)
+
+
+def plan(req, limits=Limits(1000)):
+    return plan_generations(requested_generation(req), req, PROMPT, limits)
 
 
 def test_default_budget_is_what_fits():
@@ -72,32 +68,32 @@ def test_sampling_settings_use_vllm_names():
 
 
 def test_plan():
-    [plan] = plan_generations(request(stream=True, max_tokens=3), PROMPT, Limits(1000))
-    assert (plan.prompt, plan.prompt_tokens, plan.max_tokens, plan.stream) == ("p", 100, 3, True)
-    assert plan.logprobs is None and plan.structured is None and plan.lora_name is None
+    [planned] = plan(request(stream=True, max_tokens=3))
+    assert (planned.prompt, planned.prompt_tokens, planned.max_tokens, planned.stream) == ("p", 100, 3, True)
+    assert planned.logprobs is None and planned.structured is None and planned.lora_name is None
 
 
 def test_n_choices_get_distinct_seeds():
-    plans = plan_generations(request(n=3, seed=41, max_tokens=5), PROMPT, Limits(1000))
+    plans = plan(request(n=3, seed=41, max_tokens=5))
     assert [p.sampling["seed"] for p in plans] == [41, 42, 43]
     assert len({id(p.sampling) for p in plans}) == 3
-    unseeded = plan_generations(request(n=2, max_tokens=5), PROMPT, Limits(1000))
+    unseeded = plan(request(n=2, max_tokens=5))
     assert all("seed" not in p.sampling for p in unseeded)
-    top = plan_generations(request(n=2, seed=2**63 - 1, max_tokens=5), PROMPT, Limits(1000))
+    top = plan(request(n=2, seed=2**63 - 1, max_tokens=5))
     assert top[1].sampling["seed"] == -(2**63)
 
 
 def test_logprobs_and_structured_output_plans():
-    [plan] = plan_generations(request(logprobs=True, top_logprobs=3, max_tokens=5), PROMPT, Limits(1000))
-    assert plan.logprobs == 3
-    [plan] = plan_generations(request(logprobs=True, max_tokens=5), PROMPT, Limits(1000))
-    assert plan.logprobs == 0
-    [plan] = plan_generations(request(response_format={"type": "json_object"}, max_tokens=5), PROMPT, Limits(1000))
-    assert plan.structured == {"json_object": True}
+    [planned] = plan(request(logprobs=True, top_logprobs=3, max_tokens=5))
+    assert planned.logprobs == 3
+    [planned] = plan(request(logprobs=True, max_tokens=5))
+    assert planned.logprobs == 0
+    [planned] = plan(request(response_format={"type": "json_object"}, max_tokens=5))
+    assert planned.structured == {"json_object": True}
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
-    [plan] = plan_generations(request(response_format=fmt, max_tokens=5), PROMPT, Limits(1000))
-    assert plan.structured == {"json": schema}
+    [planned] = plan(request(response_format=fmt, max_tokens=5))
+    assert planned.structured == {"json": schema}
 
 
 def test_model_names_and_lora_adapters():
@@ -111,43 +107,6 @@ def test_model_names_and_lora_adapters():
     assert info.value.code == "model_not_found"
     with pytest.raises(NotFoundError):
         ModelNames("llama").resolve("llama:sql")
-
-
-@pytest.mark.parametrize(
-    ("fields", "param"),
-    [
-        ({"top_logprobs": 2}, "top_logprobs"),
-        ({"chat_template": "{{ messages }}"}, "chat_template"),
-        ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ],
-)
-def test_chat_checks(fields, param):
-    with pytest.raises(BadRequestError) as info:
-        check_chat_request(request(**fields))
-    assert info.value.param == param
-
-
-def test_chat_checks_pass():
-    check_chat_request(request(n=4, logprobs=True, top_logprobs=2, tool_choice="none", stream=True,
-                               stream_options={"include_usage": True, "continuous_usage_stats": True},
-                               response_format={"type": "json_object"}))
-    check_chat_request(request(chat_template="{{ 'x' }}"), trust_request_chat_template=True)
-
-
-@pytest.mark.parametrize(
-    ("fields", "param"),
-    [
-        ({"prompt": ["a", "b"]}, "prompt"),
-        ({"prompt": ""}, "prompt"),
-        ({"prompt": "x", "suffix": "y"}, "suffix"),
-        ({"prompt": "x", "best_of": 3}, "best_of"),
-        ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
-    ],
-)
-def test_completion_checks(fields, param):
-    with pytest.raises(BadRequestError) as info:
-        check_completion_request(parse_completion_request(json.dumps(fields)))
-    assert info.value.param == param
 
 
 def test_completion_budget_and_context():

@@ -1,143 +1,41 @@
-"""The OpenAI Chat Completions request, validated strictly (pydantic v2).
+"""The OpenAI Chat Completions and Completions requests, validated strictly (pydantic v2).
 
-Types are strict (a string is not a number, a float is not an integer), ranges follow
-OpenAI's documented limits, and every message names the offending field. Fields OpenAI
-clients may add that this server does not know are ignored (and logged at debug level),
-as with OpenAI-compatible servers; known fields with bad values are a 400.
+Every rule about the request alone lives here: types are strict (a string is not a number,
+a float is not an integer), ranges follow OpenAI's documented limits, and the rules that
+tie fields together are model validators that raise `BadRequestError` naming the field.
+What depends on this server (its configuration, the generation model, the prompt's length)
+is checked in `service.check_policy` and `plan.max_tokens_for`. Fields OpenAI clients may
+add that this server does not know are ignored (and logged at debug level); known fields
+with bad values are a 400.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from .errors import BadRequestError
+from ..errors import BadRequestError
+from .parts import (
+    ROLES,
+    Message,
+    NamedToolChoice,
+    Penalty,
+    PositiveInt,
+    Probability,
+    ResponseFormat,
+    StreamOptions,
+    Tool,
+    _Strict,
+)
 
 log = logging.getLogger(__name__)
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
-
-
-class TextPart(_Strict):
-    type: Literal["text"]
-    text: str
-
-
-Content = Union[str, list[TextPart]]
-
-
-class FunctionCall(_Strict):
-    name: str
-    arguments: str
-
-
-class ToolCall(_Strict):
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class SystemMessage(_Strict):
-    role: Literal["system"]
-    content: Content
-    name: str | None = None
-
-
-class DeveloperMessage(_Strict):
-    role: Literal["developer"]
-    content: Content
-    name: str | None = None
-
-
-class UserMessage(_Strict):
-    role: Literal["user"]
-    content: Content
-    name: str | None = None
-
-
-class AssistantMessage(_Strict):
-    role: Literal["assistant"]
-    content: Content | None = None
-    name: str | None = None
-    refusal: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-
-    @model_validator(mode="after")
-    def _has_something(self) -> AssistantMessage:
-        if self.content is None and not self.tool_calls:
-            raise ValueError("an assistant message needs 'content' or 'tool_calls'")
-        return self
-
-
-class ToolMessage(_Strict):
-    role: Literal["tool"]
-    content: Content
-    tool_call_id: str
-
-
-Message = Annotated[
-    Union[SystemMessage, DeveloperMessage, UserMessage, AssistantMessage, ToolMessage],
-    Field(discriminator="role"),
-]
-ROLES = ("system", "developer", "user", "assistant", "tool")
-
-
-class FunctionDefinition(_Strict):
-    name: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class Tool(_Strict):
-    type: Literal["function"]
-    function: FunctionDefinition
-
-
-class NamedFunction(_Strict):
-    name: str
-
-
-class NamedToolChoice(_Strict):
-    type: Literal["function"]
-    function: NamedFunction
-
-
-class JsonSchemaFormat(_Strict):
-    name: Annotated[str, Field(min_length=1, max_length=64)]
-    description: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
-
-
-class ResponseFormat(_Strict):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaFormat | None = None
-
-    @model_validator(mode="after")
-    def _schema_given(self) -> ResponseFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError("'json_schema' is required when type is 'json_schema'")
-        return self
-
-
-class StreamOptions(_Strict):
-    include_usage: bool | None = None
-    continuous_usage_stats: bool | None = None
-
-
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
-Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
-PositiveInt = Annotated[int, Field(ge=1)]
+# Names `apply_chat_template` sets itself; `chat_template_kwargs` must not.
+RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "add_generation_prompt", "continue_final_message", "tokenize", "chat_template")
 
 
 class _GenerationFields(_Strict):
@@ -185,6 +83,12 @@ class _GenerationFields(_Strict):
                 raise ValueError(f"keys must be token ids, got {key!r}")
         return value
 
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self):
+        if self.stream_options is not None and not self.stream:
+            raise BadRequestError("'stream_options' is only allowed when 'stream' is true.", param="stream_options")
+        return self
+
     @property
     def is_stream(self) -> bool:
         return bool(self.stream)
@@ -223,6 +127,52 @@ class ChatCompletionRequest(_GenerationFields):
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 
+    @model_validator(mode="after")
+    def _consistent(self) -> ChatCompletionRequest:
+        if self.top_logprobs and not self.logprobs:
+            raise BadRequestError("'top_logprobs' requires 'logprobs' to be true.", param="top_logprobs")
+        if self.add_generation_prompt and self.continue_final_message:
+            raise BadRequestError(
+                "'add_generation_prompt' and 'continue_final_message' cannot both be true.",
+                param="continue_final_message",
+            )
+        if self.continue_final_message and self.messages[-1].role != "assistant":
+            raise BadRequestError(
+                "'continue_final_message' needs the last message to be from the assistant.",
+                param="continue_final_message",
+            )
+        for reserved in RESERVED_TEMPLATE_KWARGS:
+            if reserved in (self.chat_template_kwargs or {}):
+                raise BadRequestError(f"'chat_template_kwargs' must not set {reserved!r}.", param="chat_template_kwargs")
+        self._check_tools()
+        return self
+
+    def _check_tools(self) -> None:
+        choice = self.tool_choice
+        if self.tools is not None and not self.tools:
+            raise BadRequestError("'tools' must not be empty; leave it out instead.", param="tools")
+        if choice is not None and not self.tools and choice != "none":
+            raise BadRequestError("'tool_choice' needs 'tools'.", param="tool_choice")
+        constrained = isinstance(choice, NamedToolChoice) or choice == "required"
+        if constrained and self.response_format is not None and self.response_format.type != "text":
+            raise BadRequestError(
+                "'response_format' cannot be combined with a named or required 'tool_choice'.", param="response_format"
+            )
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in self.functions:
+            raise BadRequestError(f"The tool {choice.function.name!r} in 'tool_choice' is not in 'tools'.", param="tool_choice")
+
+    @property
+    def functions(self) -> dict[str, dict]:
+        """The functions of `tools`, by name."""
+        return {tool.function.name: tool.function.model_dump(exclude_none=True) for tool in self.tools or []}
+
+    @property
+    def effective_tool_choice(self) -> str | NamedToolChoice:
+        """`tool_choice`, or its default: `auto` with tools, else `none`."""
+        if self.tool_choice is not None:
+            return self.tool_choice
+        return "auto" if self.tools else "none"
+
     @property
     def requested_max_tokens(self) -> int | None:
         """`max_completion_tokens` wins over the deprecated `max_tokens`."""
@@ -242,6 +192,20 @@ class CompletionRequest(_GenerationFields):
     echo: bool | None = None
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
     best_of: Annotated[int, Field(ge=1, le=20)] | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> CompletionRequest:
+        if not isinstance(self.prompt, str):
+            raise BadRequestError("'prompt' must be a single string; lists of prompts are not supported.", param="prompt")
+        if self.prompt == "":
+            raise BadRequestError("'prompt' must not be empty.", param="prompt")
+        if self.suffix:
+            raise BadRequestError("'suffix' is not supported.", param="suffix")
+        if self.best_of is not None and self.best_of != self.choices:
+            raise BadRequestError("'best_of' other than 'n' is not supported.", param="best_of")
+        if self.echo and self.logprobs is not None:
+            raise BadRequestError("'echo' together with 'logprobs' is not supported.", param="echo")
+        return self
 
     @property
     def top_logprobs_count(self) -> int | None:

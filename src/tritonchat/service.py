@@ -1,0 +1,212 @@
+"""From a request body to a prepared request: all that `openai_chat` does before it calls the
+generation model, with no Triton in sight.
+
+    body --parse--> validated request (protocol.py)
+         --check_policy--> what this server refuses (config, target format, model names)
+         --render--> prompt (template.py)
+         --plan--> one generation per choice (plan.py, tool_choice.py)
+         --format--> target tensors per choice (formats/), decoders, response builder (response.py)
+
+`ChatService` and `CompletionService` are built once per model instance from its settings;
+`prepare` runs per request (in a worker thread: rendering a long conversation takes a while).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .errors import BadRequestError
+from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
+from .plan import Limits, ModelNames, plan_generations, requested_generation
+from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
+from .response import ChatResponseBuilder, CompletionResponseBuilder, ResponseBuilder
+from .settings import Settings
+from .template import Prompt, PromptRenderer, load_tokenizer
+from .tokens import TokenBytes
+from .tool_choice import plan_tools, prompt_opens_reasoning
+
+
+@dataclass
+class TargetCall:
+    """One streaming request to the generation model: one choice."""
+
+    inputs: dict[str, np.ndarray]
+    outputs: list[str]
+    request_id: str
+
+
+@dataclass
+class PreparedRequest:
+    """A valid request, ready to be sent: per choice its call and the decoder of its responses."""
+
+    request: ChatCompletionRequest | CompletionRequest
+    prompt: Prompt
+    generations: list[GenerationRequest]
+    calls: list[TargetCall]
+    decoders: list[Decoder]
+    builder: ResponseBuilder
+
+    @property
+    def stream(self) -> bool:
+        return self.request.is_stream
+
+
+class Service:
+    """What the chat and completions services share."""
+
+    id_prefix = ""
+
+    def __init__(self, settings: Settings, tokenizer=None):
+        tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings.tokenizer)
+        self.settings = settings
+        self.renderer = PromptRenderer(tokenizer, settings.chat_template_content_format)
+        self.token_bytes = TokenBytes(tokenizer)
+        self.limits = Limits(
+            context_length=settings.max_model_len or context_length(settings.tokenizer, tokenizer),
+            default_max_tokens=settings.default_max_tokens,
+        )
+        self.names = ModelNames(settings.served_model_name, settings.lora_separator, settings.lora_adapters)
+        self.format: RequestFormat = FORMATS[settings.request_format](
+            FormatOptions(
+                structured_outputs_key=settings.structured_outputs_key,
+                tokenizer=tokenizer,
+                seed_input=settings.trtllm_seed_input,
+                min_tokens_input=settings.trtllm_min_tokens_input,
+                token_count_outputs=settings.trtllm_token_counts,
+                end_id=settings.end_id if settings.end_id >= 0 else None,
+                pad_id=settings.pad_id if settings.pad_id >= 0 else None,
+                lora_task_ids=settings.lora_task_id_map,
+            )
+        )
+        fingerprint = f"{__version__}|{settings.served_model_name}|{settings.target_model}"
+        self.system_fingerprint = "fp_" + hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
+
+    def prepare(self, body: str | bytes, request_id: str = "") -> PreparedRequest:
+        """Parse, check, render and plan one request; raises `OpenAIError` for what is refused."""
+        request = self.parse(body)
+        asked = self.check_policy(request)
+        prompt = self.render(request)
+        builder_args, structured, sampling = self.reading(request, prompt)
+        generations = plan_generations(asked, request, prompt, self.limits, structured, sampling)
+        builder = self.builder_class(
+            completion_id=self.id_prefix + (request_id or uuid.uuid4().hex),
+            created=int(time.time()),
+            model=request.model or self.settings.served_model_name,
+            system_fingerprint=self.system_fingerprint,
+            choices=len(generations),
+            prompt_tokens=prompt.num_tokens,
+            include_usage=request.include_usage,
+            continuous_usage=request.continuous_usage,
+            top_logprobs=request.top_logprobs_count,
+            token_bytes=self.token_bytes,
+            **builder_args,
+        )
+        calls = [
+            TargetCall(
+                self.format.inputs(generation),
+                self.format.requested_outputs(generation),
+                request_id if len(generations) == 1 else f"{request_id}.{index}",
+            )
+            for index, generation in enumerate(generations)
+        ]
+        decoders = [self.format.decoder(generation) for generation in generations]
+        return PreparedRequest(request, prompt, generations, calls, decoders, builder)
+
+    def check_policy(self, request) -> GenerationRequest:
+        """Everything this server refuses of a valid request, in one place: unknown model names
+        (404), what its configuration does not allow, what the generation model cannot do (400
+        naming the field). Returns what every generation asks for."""
+        lora_name = self.names.resolve(request.model)
+        if isinstance(request, ChatCompletionRequest):
+            if request.chat_template is not None and not self.settings.trust_request_chat_template:
+                raise BadRequestError(
+                    "A per-request 'chat_template' is not allowed by this server (see its 'trust_request_chat_template').",
+                    param="chat_template",
+                )
+            if request.effective_tool_choice == "auto" and not self.settings.tool_call_parser:
+                raise BadRequestError(
+                    "This server does not parse tool calls ('tool_call_parser' is not set): use tool_choice 'none', "
+                    "'required' or a named function.",
+                    param="tool_choice",
+                )
+        asked = requested_generation(request, lora_name)
+        self.format.check(asked)
+        return asked
+
+    # What the chat and completions services do differently.
+    builder_class: type[ResponseBuilder] = ResponseBuilder
+
+    def parse(self, body: str | bytes):
+        raise NotImplementedError
+
+    def render(self, request) -> Prompt:
+        raise NotImplementedError
+
+    def reading(self, request, prompt: Prompt) -> tuple[dict, dict | None, dict | None]:
+        """(extra response-builder arguments, structured-output constraint, extra sampling)."""
+        raise NotImplementedError
+
+
+class ChatService(Service):
+    """Chat Completions (`openai_chat`)."""
+
+    id_prefix = "chatcmpl-"
+    builder_class = ChatResponseBuilder
+
+    def parse(self, body: str | bytes) -> ChatCompletionRequest:
+        return parse_chat_request(body)
+
+    def render(self, request: ChatCompletionRequest) -> Prompt:
+        return self.renderer.render(request)
+
+    def reading(self, request: ChatCompletionRequest, prompt: Prompt):
+        plan = plan_tools(
+            request,
+            tool_call_parser=self.settings.tool_call_parser,
+            reasoning_parser=self.settings.reasoning_parser,
+            starts_in_reasoning=prompt_opens_reasoning(prompt.text),
+        )
+        builder_args = {
+            "choice_text": plan.choice_text,
+            "calls_finish_reason": plan.calls_finish_reason,
+            "reasoning_field": self.settings.reasoning_field,
+        }
+        return builder_args, plan.structured, plan.sampling
+
+
+class CompletionService(Service):
+    """(Legacy) Completions (`openai_completions`)."""
+
+    id_prefix = "cmpl-"
+    builder_class = CompletionResponseBuilder
+
+    def parse(self, body: str | bytes) -> CompletionRequest:
+        return parse_completion_request(body)
+
+    def render(self, request: CompletionRequest) -> Prompt:
+        return self.renderer.plain(request.prompt)
+
+    def reading(self, request: CompletionRequest, prompt: Prompt):
+        return {"echo_text": request.prompt if request.echo else ""}, None, None
+
+
+def context_length(tokenizer_path: str, tokenizer) -> int:
+    """The model's context length from its config.json, else the tokenizer's limit, else 0."""
+    config = Path(tokenizer_path) / "config.json"
+    if config.is_file():
+        try:
+            value = json.loads(config.read_text()).get("max_position_embeddings")
+            if value:
+                return int(value)
+        except (json.JSONDecodeError, ValueError):
+            pass
+    limit = getattr(tokenizer, "model_max_length", 0) or 0
+    return int(limit) if 0 < limit < 10**8 else 0

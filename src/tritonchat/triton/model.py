@@ -1,0 +1,157 @@
+"""The `openai_chat` and `openai_completions` Triton models: lifecycle and per-request glue.
+
+    execute(requests) --> one task per request on the stub's event loop:
+        body (sink.request_body) --service.prepare (worker thread)--> PreparedRequest
+        --transport.open--> one stream per choice --pump--> Responder (builds, sends, cancels)
+
+`execute` only schedules that work and returns, so one instance serves many streams at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import locale
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+from ..errors import InternalError, OpenAIError
+from ..responder import RequestState, Responder
+from ..service import ChatService, CompletionService, Service
+from ..settings import Settings, flatten_parameters
+from ..transports.base import Transport, pump
+from ..transports.grpc import GrpcTransport
+from .bls import BlsTransport
+from .sink import INPUT_NAME, OUTPUT_NAME, TritonSink, pb, request_body
+
+log = logging.getLogger("tritonchat")
+
+
+class OpenAIModel:
+    """What the chat and completions models share; `model.py` subclasses one as `TritonPythonModel`."""
+
+    service_class: type[Service] = Service
+
+    @staticmethod
+    def auto_complete_config(config):
+        """The interface, declared here so that `config.pbtxt` carries only what users change."""
+        config.add_input({"name": INPUT_NAME, "data_type": "TYPE_STRING", "dims": [1]})
+        config.add_output({"name": OUTPUT_NAME, "data_type": "TYPE_STRING", "dims": [1]})
+        config.set_max_batch_size(0)
+        config.set_model_transaction_policy({"decoupled": True})
+        return config
+
+    def initialize(self, args: dict) -> None:
+        # The stub's interpreter starts with an ASCII locale; tokenizer files are UTF-8.
+        try:
+            locale.setlocale(locale.LC_ALL, "C.UTF-8")
+        except locale.Error:
+            pass
+        logging.basicConfig(level=os.environ.get("TRITONCHAT_LOG_LEVEL", "INFO"))
+        utils = pb()
+        self.model_name = args.get("model_name", "")
+        model_config = json.loads(args["model_config"])
+        if not utils.using_decoupled_model_transaction_policy(model_config):
+            raise utils.TritonModelException(
+                f"{self.model_name} must be decoupled: set model_transaction_policy {{ decoupled: true }}"
+            )
+        settings = Settings.from_parameters(flatten_parameters(model_config), args.get("model_repository"))
+        self.service = self.service_class(settings)
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-prepare")
+        self.responder = Responder(
+            settings.cancel_check_interval_ms / 1000.0, settings.idle_timeout_s, lanes=settings.responder_threads
+        )
+        self.transport: Transport
+        if settings.transport == "grpc":
+            self.transport = GrpcTransport(settings.grpc_url, settings.target_model, settings.target_model_version,
+                                           settings.grpc_cancel, settings.idle_timeout_s)
+        else:
+            self.transport = BlsTransport(settings.target_model, settings.target_model_version)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task] = set()
+        log.info(
+            "%s ready: serves %r via %s model %r over %s (context %d tokens, tokenizer %s)",
+            self.model_name,
+            settings.served_model_name,
+            settings.request_format,
+            settings.target_model,
+            f"gRPC at {settings.grpc_url}" if settings.transport == "grpc" else "BLS",
+            self.service.limits.context_length,
+            settings.tokenizer,
+        )
+
+    async def execute(self, requests):
+        self.loop = asyncio.get_running_loop()
+        for request in requests:
+            self._spawn(self._handle(request))
+        return None
+
+    def _spawn(self, coroutine) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, request) -> None:
+        sink = TritonSink(request)
+        try:
+            await self._start(request, sink)
+        except OpenAIError as error:
+            self._fail(sink, error)
+        except Exception as exc:  # noqa: BLE001  (a request must never end without FINAL)
+            log.exception("request failed")
+            self._fail(sink, InternalError(f"Internal error: {exc}"))
+
+    @staticmethod
+    def _fail(sink: TritonSink, error: OpenAIError) -> None:
+        try:
+            sink.send_error(error)
+        except Exception:  # noqa: BLE001
+            log.exception("could not send the error response")
+
+    async def _start(self, request, sink: TritonSink) -> None:
+        body = request_body(request)
+        loop = asyncio.get_running_loop()
+        prepared = await loop.run_in_executor(self.pool, self.service.prepare, body, request.request_id())
+        opened = await asyncio.gather(*(self.transport.open(call) for call in prepared.calls), return_exceptions=True)
+        failed = [result for result in opened if isinstance(result, BaseException)]
+        if failed:
+            for stream in opened:
+                if not isinstance(stream, BaseException):
+                    stream.abandon()
+                    self._spawn(stream.released())
+            raise failed[0]
+        state = RequestState(
+            prepared.builder,
+            sink,
+            stream=prepared.stream,
+            choices=len(prepared.calls),
+            require_finish_reason=self.service.format.reports_finish_reason,
+        )
+        for stream in opened:
+            state.add_cancel_hook(stream.cancel_hook())
+        self.responder.start(state)
+        for index, (stream, decoder) in enumerate(zip(opened, prepared.decoders)):
+            self._spawn(pump(self.responder, state, index, stream, decoder))
+
+    def finalize(self) -> None:
+        self.responder.stop()
+        if self.loop is not None and self.loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(self.transport.close(), self.loop).result(timeout=5)
+            except Exception:  # noqa: BLE001  (shutting down anyway)
+                log.debug("closing the transport failed", exc_info=True)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        log.info("%s finalized (%d requests still open)", self.model_name, self.responder.open_requests)
+
+
+class OpenAIChatModel(OpenAIModel):
+    """`openai_chat`: Chat Completions."""
+
+    service_class = ChatService
+
+
+class OpenAICompletionsModel(OpenAIModel):
+    """`openai_completions`: (legacy) Completions."""
+
+    service_class = CompletionService

@@ -1,0 +1,75 @@
+"""Where a request's payloads go: its Triton response sender, with OpenAI errors as Triton errors."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import OpenAIError
+
+INPUT_NAME = "request"
+OUTPUT_NAME = "response"
+
+
+def pb():
+    import triton_python_backend_utils as pb_utils  # noqa: PLC0415  (exists only inside Triton)
+
+    return pb_utils
+
+
+def triton_error(error: OpenAIError):
+    """The OpenAI error object as the message, the status as Triton's code (which Triton's
+    HTTP endpoints map back to the same status, from 24.11)."""
+    utils = pb()
+    codes = {
+        400: utils.TritonError.INVALID_ARG,
+        404: utils.TritonError.NOT_FOUND,
+        499: getattr(utils.TritonError, "CANCELLED", utils.TritonError.INVALID_ARG),
+        503: utils.TritonError.UNAVAILABLE,
+    }
+    return utils.TritonError(error.to_json(), codes.get(error.status, utils.TritonError.INTERNAL))
+
+
+def request_body(request) -> bytes:
+    """The one request body in the input tensor, or a 400."""
+    from ..errors import BadRequestError  # noqa: PLC0415
+
+    tensor = pb().get_input_tensor_by_name(request, INPUT_NAME)
+    if tensor is None:
+        raise BadRequestError(f"The input tensor {INPUT_NAME!r} is missing.")
+    raw = tensor.as_numpy().reshape(-1)
+    if raw.size != 1:
+        raise BadRequestError(f"The input tensor {INPUT_NAME!r} must hold exactly one request body.")
+    return raw[0]
+
+
+class TritonSink:
+    """Sends one request's payloads through its Triton response sender; FINAL exactly once."""
+
+    def __init__(self, request):
+        self._pb = pb()
+        self._request = request
+        self._sender = request.get_response_sender()
+        self.closed = False
+
+    def send(self, payload: str, final: bool) -> None:
+        utils = self._pb
+        tensor = utils.Tensor(OUTPUT_NAME, np.array([payload.encode("utf-8")], dtype=np.object_))
+        self._sender.send(
+            utils.InferenceResponse(output_tensors=[tensor]),
+            flags=utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0,
+        )
+        if final:
+            self.closed = True
+
+    def send_error(self, error: OpenAIError) -> None:
+        if self.closed:
+            return
+        utils = self._pb
+        self.closed = True
+        self._sender.send(
+            utils.InferenceResponse(output_tensors=[], error=triton_error(error)),
+            flags=utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+        )
+
+    def is_cancelled(self) -> bool:
+        return self._request.is_cancelled()

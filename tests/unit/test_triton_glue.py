@@ -1,0 +1,239 @@
+"""The Triton glue driven as Triton drives it (`initialize`, `execute`, `finalize`), with a
+stand-in for `triton_python_backend_utils` and BLS streams the tests script: exactly one FINAL
+per request, errors with the right Triton codes, cancellation, and finalize."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.unit import fakes
+from tritonchat.triton import OpenAIChatModel, OpenAICompletionsModel
+
+
+def vllm_response(text: str, reason: str | None = None, tokens: int = 1) -> fakes.InferenceResponse:
+    tensors = [
+        fakes.Tensor("text_output", np.array([text.encode()], dtype=np.object_)),
+        fakes.Tensor("finish_reason", np.array([str(reason).encode()], dtype=np.object_)),
+        fakes.Tensor("num_input_tokens", np.array([7], dtype=np.uint32)),
+        fakes.Tensor("num_output_tokens", np.array([tokens], dtype=np.uint32)),
+    ]
+    return fakes.InferenceResponse(tensors)
+
+
+class Stub:
+    """What Triton's Python stub does around a model: an event loop on its own thread that runs
+    `execute`, and the model's lifecycle calls."""
+
+    def __init__(self, monkeypatch, tiny_model, script, model_class=OpenAIChatModel, **parameters):
+        self.calls: list = []
+        self.iterators: list[fakes.ResponseIterator] = []
+
+        def bls(request):
+            self.calls.append(request.kwargs)
+            iterator = script(request.kwargs, len(self.calls) - 1)
+            self.iterators.append(iterator)
+            return iterator
+
+        monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fakes.make_pb_utils(bls))
+        params = {"transport": "bls", "tokenizer": str(tiny_model), "served_model_name": "tiny",
+                  "cancel_check_interval_ms": "10", **parameters}
+        config = {"model_transaction_policy": {"decoupled": True},
+                  "parameters": {k: {"string_value": v} for k, v in params.items()}}
+        self.model = model_class()
+        self.model.initialize({"model_name": "openai_chat", "model_config": json.dumps(config)})
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def execute(self, *requests: fakes.Request, timeout: float = 5.0) -> None:
+        result = asyncio.run_coroutine_threadsafe(self.model.execute(list(requests)), self.loop).result(timeout)
+        assert result is None  # a decoupled model answers through its senders only
+        for request in requests:
+            assert request.sender.final.wait(timeout), "no FINAL response"
+
+    def close(self) -> None:
+        self.model.finalize()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def stub_factory(monkeypatch, tiny_model):
+    stubs = []
+
+    def make(script, **kwargs):
+        stub = Stub(monkeypatch, tiny_model, script, **kwargs)
+        stubs.append(stub)
+        return stub
+
+    yield make
+    for stub in stubs:
+        stub.close()
+
+
+def chat(**fields) -> str:
+    return json.dumps({"messages": [{"role": "user", "content": "Hi"}], **fields})
+
+
+def hello(_kwargs, _index):
+    return fakes.ResponseIterator([vllm_response("Hello"), vllm_response(" world", "stop")])
+
+
+def test_auto_complete_config_declares_the_interface():
+    calls = {}
+
+    class Config:
+        def add_input(self, spec):
+            calls["input"] = spec
+
+        def add_output(self, spec):
+            calls["output"] = spec
+
+        def set_max_batch_size(self, size):
+            calls["max_batch_size"] = size
+
+        def set_model_transaction_policy(self, policy):
+            calls["policy"] = policy
+
+    config = Config()
+    assert OpenAIChatModel.auto_complete_config(config) is config
+    assert calls == {
+        "input": {"name": "request", "data_type": "TYPE_STRING", "dims": [1]},
+        "output": {"name": "response", "data_type": "TYPE_STRING", "dims": [1]},
+        "max_batch_size": 0,
+        "policy": {"decoupled": True},
+    }
+
+
+def test_a_stream_ends_with_exactly_one_final(stub_factory):
+    stub = stub_factory(hello)
+    request = fakes.Request(chat(stream=True), request_id="r1")
+    stub.execute(request)
+    time.sleep(0.1)  # nothing may follow the FINAL
+    flags = [flags for _, flags in request.sender.responses]
+    assert flags.count(fakes.FINAL) == 1 and flags[-1] == fakes.FINAL
+    payloads = request.sender.payloads()
+    assert payloads[0]["id"] == "chatcmpl-r1"
+    assert "".join(p["choices"][0]["delta"].get("content", "") for p in payloads) == "Hello world"
+    assert stub.calls[0]["model_name"] == "vllm_model" and stub.calls[0]["request_id"] == "r1"
+    assert request.cancel_checks_after_final == 0
+
+
+def test_a_whole_completion_is_one_response(stub_factory):
+    stub = stub_factory(hello)
+    request = fakes.Request(chat())
+    stub.execute(request)
+    [(response, flags)] = request.sender.responses
+    assert flags == fakes.FINAL
+    completion = json.loads(response.output_tensors()[0].as_numpy()[0])
+    assert completion["choices"][0]["message"]["content"] == "Hello world"
+    assert completion["usage"] == {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}
+
+
+@pytest.mark.parametrize(
+    ("request_", "code", "param"),
+    [
+        (fakes.Request("{not json"), fakes.TritonError.INVALID_ARG, None),
+        (fakes.Request(chat(temperature="hot")), fakes.TritonError.INVALID_ARG, "temperature"),
+        (fakes.Request(chat(model="gpt-4o")), fakes.TritonError.NOT_FOUND, "model"),
+        (fakes.Request(chat(), tensor_name="wrong"), fakes.TritonError.INVALID_ARG, None),
+    ],
+    ids=["bad-json", "bad-field", "unknown-model", "missing-input"],
+)
+def test_refused_requests_get_one_error_with_its_code(stub_factory, request_, code, param):
+    stub = stub_factory(hello)
+    stub.execute(request_)
+    [(response, flags)] = request_.sender.responses
+    assert flags == fakes.FINAL and response.has_error()
+    assert response.error().code() == code
+    assert json.loads(response.error().message())["error"]["param"] == param
+    assert stub.calls == []  # the generation model was never called
+
+
+def test_a_generation_error_mid_stream_ends_the_stream_with_it(stub_factory):
+    def failing(_kwargs, _index):
+        error = fakes.InferenceResponse([], fakes.TritonError("engine fell over", fakes.TritonError.INTERNAL))
+        return fakes.ResponseIterator([vllm_response("Hel"), error])
+
+    stub = stub_factory(failing)
+    request = fakes.Request(chat(stream=True))
+    stub.execute(request)
+    [error] = request.sender.errors()
+    assert error.code() == fakes.TritonError.INTERNAL and "engine fell over" in error.message()
+    assert request.sender.responses[-1][1] == fakes.FINAL
+    assert [flags for _, flags in request.sender.responses].count(fakes.FINAL) == 1
+
+
+def test_an_unavailable_generation_model_is_a_503(stub_factory):
+    def missing(_kwargs, _index):
+        error = fakes.TritonError("Request for unknown model: 'vllm_model' is not found", fakes.TritonError.NOT_FOUND)
+        return fakes.ResponseIterator([fakes.InferenceResponse([], error)])
+
+    stub = stub_factory(missing)
+    request = fakes.Request(chat())
+    stub.execute(request)
+    [error] = request.sender.errors()
+    assert error.code() == fakes.TritonError.UNAVAILABLE
+    assert json.loads(error.message())["error"]["code"] == "service_unavailable"
+
+
+def test_a_client_that_goes_away_cancels_the_generation(stub_factory):
+    def slow(_kwargs, _index):
+        return fakes.ResponseIterator([vllm_response("x")] * 200, delay=0.01)
+
+    stub = stub_factory(slow)
+    request = fakes.Request(chat(stream=True), cancel_after=3)
+    stub.execute(request)
+    [error] = request.sender.errors()
+    assert error.code() == fakes.TritonError.CANCELLED
+    assert stub.iterators[0].cancelled.wait(2)  # ResponseIterator.cancel(), where the release has it
+    deadline = time.monotonic() + 5
+    while stub.iterators[0].read < 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert stub.iterators[0].read == 200  # read to its end all the same (see triton/bls.py)
+    assert request.cancel_checks_after_final == 0
+
+
+def test_n_choices_each_get_a_stream(stub_factory):
+    stub = stub_factory(lambda kwargs, index: fakes.ResponseIterator([vllm_response(f"c{index}", "stop")]))
+    request = fakes.Request(chat(n=3, seed=5), request_id="multi")
+    stub.execute(request)
+    [completion] = request.sender.payloads()
+    assert sorted(c["message"]["content"] for c in completion["choices"]) == ["c0", "c1", "c2"]
+    assert sorted(call["request_id"] for call in stub.calls) == ["multi.0", "multi.1", "multi.2"]
+    sampling = [next(t for t in call["inputs"] if t.name() == "sampling_parameters") for call in stub.calls]
+    seeds = sorted(json.loads(tensor.as_numpy()[0])["seed"] for tensor in sampling)
+    assert seeds == [5, 6, 7]
+
+
+def test_completions_model(stub_factory):
+    stub = stub_factory(hello, model_class=OpenAICompletionsModel)
+    request = fakes.Request(json.dumps({"prompt": "Say", "echo": True}))
+    stub.execute(request)
+    [completion] = request.sender.payloads()
+    assert completion["object"] == "text_completion" and completion["choices"][0]["text"] == "SayHello world"
+
+
+def test_a_model_that_is_not_decoupled_fails_to_load(monkeypatch, tiny_model):
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", fakes.make_pb_utils(hello))
+    config = {"parameters": {"tokenizer": {"string_value": str(tiny_model)}}}
+    with pytest.raises(Exception, match="must be decoupled"):
+        OpenAIChatModel().initialize({"model_name": "openai_chat", "model_config": json.dumps(config)})
+
+
+def test_finalize_stops_the_sending_threads(stub_factory):
+    stub = stub_factory(hello)
+    stub.execute(fakes.Request(chat()))
+    lanes = [t for t in threading.enumerate() if t.name.startswith("chat-responder")]
+    assert lanes
+    stub.close()
+    for thread in lanes:
+        thread.join(2)
+    assert not any(t.is_alive() for t in lanes)
