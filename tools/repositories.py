@@ -42,6 +42,19 @@ def add_test_model(repo: Path, name: str, source: str | None = None) -> Path:
     return dst
 
 
+def tokenizer_with_template(base: Path, out: Path, template: str) -> Path:
+    """A copy of `base`'s tokenizer files whose chat template is `template` (no weights)."""
+    out.mkdir(parents=True)
+    for name in ("tokenizer.json", "config.json", "generation_config.json"):
+        if (base / name).is_file():
+            shutil.copy(base / name, out / name)
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    config["chat_template"] = template
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    (out / "chat_template.jinja").write_text(template)
+    return out
+
+
 def add_vllm_model(repo: Path, name: str, model_dir: Path, lora_adapters: dict | None = None, **engine_args) -> Path:
     """The committed vllm_model config with a model.json for `model_dir` (and LoRA adapters)."""
     dst = repo / name

@@ -62,15 +62,20 @@ def template_iterates_content(template: str) -> bool:
     return False
 
 
-def _text(content: str | list[TextPart] | None) -> str | None:
-    if content is None or isinstance(content, str):
+def _text(content: str | list[TextPart] | None) -> str:
+    """Content for templates that take a string. No content (an assistant turn that only calls
+    tools) is "", as vLLM renders it: such templates concatenate it."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
         return content
     return "\n".join(part.text for part in content)
 
 
-def _parts(content: str | list[TextPart] | None) -> list[dict] | None:
+def _parts(content: str | list[TextPart] | None) -> list[dict]:
+    """Content for templates that loop over OpenAI parts; no content is no parts."""
     if content is None:
-        return None
+        return []
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
     return [{"type": "text", "text": part.text} for part in content]
@@ -151,11 +156,17 @@ class PromptRenderer:
                 tokenize=False,
                 **kwargs,
             )
-        except jinja2.TemplateError as exc:
-            # The template itself refused the conversation (raise_exception in the template),
-            # or a request's own template is broken.
+        except Exception as exc:  # noqa: BLE001  (whatever the template does with this request)
+            # The template refused the conversation (`raise_exception`), cannot render what the
+            # request holds (a role, tool calls or parts it does not handle), or a request's own
+            # template is broken: the request's doing, so a 400 saying what failed.
             param = "chat_template" if request.chat_template is not None else "messages"
-            raise BadRequestError(f"The chat template failed: {exc}", param=param) from None
+            reason = str(exc) if isinstance(exc, jinja2.TemplateError) else f"{type(exc).__name__}: {exc}"
+            raise BadRequestError(
+                f"The chat template failed: {reason}. This model's template may not support this conversation "
+                f"(for example its roles, tool calls or content parts).",
+                param=param,
+            ) from None
         if self._strip_prefix and text.startswith(self._strip_prefix):
             text = text[len(self._strip_prefix) :]
         return self.plain(text)

@@ -28,11 +28,35 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ChatClient
-from tools.repositories import ROOT, add_chat_model, add_test_model, add_vllm_model, write_random_lora
+from tools.repositories import (
+    ROOT,
+    add_chat_model,
+    add_test_model,
+    add_vllm_model,
+    tokenizer_with_template,
+    write_random_lora,
+)
 from tritonchat.repository import set_parameter
 from tools.tritonlocal import TritonServer, free_port
 
 TINY_MODEL = ROOT / "build" / "tiny-chat"
+
+# Plain ChatML (string content, no tool or reasoning support) and Mistral's v1 template (no
+# system role, roles must alternate), as their models ship them.
+OTHER_TEMPLATES = {
+    "chatml": (
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+        "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    ),
+    "mistral": (
+        "{{ bos_token }}{% for message in messages %}"
+        "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+        "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+        "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token }}"
+        "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -79,6 +103,10 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     add_chat_model(repo, "chat_scripted", grpc_url=grpc_url, trust_request_chat_template="true", **scripted)
     add_chat_model(repo, "chat_scripted_bls", transport="bls", **scripted)
     add_chat_model(repo, "chat_scripted_cancel", grpc_url=grpc_url, grpc_cancel="true", **scripted)
+    # Chat templates of other shapes than the tiny model's (see OTHER_TEMPLATES).
+    for name, template in OTHER_TEMPLATES.items():
+        tokenizer_dir = tokenizer_with_template(tiny_model, tmp_path_factory.mktemp(name) / "tokenizer", template)
+        add_chat_model(repo, f"chat_{name}", grpc_url=grpc_url, **{**scripted, "tokenizer": str(tokenizer_dir)})
     add_chat_model(repo, "completions_scripted", source="openai_completions", grpc_url=grpc_url, **scripted)
     tools = dict(grpc_url=grpc_url, tool_call_parser="hermes", reasoning_parser="qwen3")
     add_chat_model(repo, "chat_tools", **tools, **scripted)

@@ -46,3 +46,25 @@ def test_a_storm_of_dropped_streams_leaves_the_server_serving(triton, server_log
     for marker in CRASH_MARKERS:
         assert marker not in new_lines
     assert triton.process.poll() is None
+
+
+@pytest.mark.parametrize("model", ["chat_scripted", "chat_scripted_bls"])
+def test_normal_traffic_logs_no_error(triton, server_log, model):
+    """300 ordinary streams at concurrency 32: nothing in the server log at error level (the
+    2.51 stub logged "Cannot remove future from background" errors for async `execute`)."""
+    request = {
+        "messages": [{"role": "user", "content": script(repeat={"text": "tok ", "count": 32}, interval_ms=1)}],
+        "stream": True,
+    }
+    body = json.dumps({"request": json.dumps(request)}).encode()
+    log_start = server_log.stat().st_size
+    result = asyncio.run(
+        storm(triton.http_url, model, streams=300, concurrency=32, max_tokens=32, max_events=0,
+              complete_fraction=1.0, seed=3, timeout=60, body=body)
+    )
+    assert result["outcomes"] == {"completed": 300}, result
+    with open(server_log, "rb") as log:
+        log.seek(log_start)
+        new_lines = log.read().decode(errors="replace").splitlines()
+    errors = [line for line in new_lines if line.startswith("E") or "Traceback" in line or ":ERROR:" in line]
+    assert errors == []

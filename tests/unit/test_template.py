@@ -97,3 +97,74 @@ def test_content_format_detection():
     assert not template_iterates_content("{% for m in messages %}{{ m['content'] }}{% endfor %}")
     assert template_iterates_content("{% set c = message.content %}{% for p in c %}{{ p }}{% endfor %}")
     assert not template_iterates_content("{% broken")
+
+
+# Templates of other shapes than the tiny model's: plain ChatML (string content, no tool
+# support), one that refuses a system role, Mistral's (alternating roles only).
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+NO_SYSTEM = (
+    "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + '\\n' }}{% endfor %}"
+)
+MISTRAL = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% else %}{{ message['content'] + eos_token }}{% endif %}{% endfor %}"
+)
+TOOL_HISTORY = [
+    {"role": "user", "content": "Weather in Oslo?"},
+    {"role": "assistant", "content": None,
+     "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+    {"role": "tool", "content": "12 C", "tool_call_id": "c1"},
+]
+
+
+def renderer_with(tokenizer, template: str, content_format: str = "auto") -> PromptRenderer:
+    import copy  # noqa: PLC0415
+
+    other = copy.deepcopy(tokenizer)
+    other.chat_template = template
+    return PromptRenderer(other, content_format)
+
+
+def test_null_assistant_content_renders_as_empty_text_in_string_templates(tokenizer):
+    """As vLLM does: a tool-calling turn without content is "" for templates that take strings
+    (plain ChatML concatenates it and failed with a TypeError before)."""
+    prompt = renderer_with(tokenizer, CHATML).render(request(TOOL_HISTORY))
+    assert "<|im_start|>assistant\n<|im_end|>\n<|im_start|>tool\n12 C<|im_end|>\n" in prompt.text
+    assert prompt.text.endswith("<|im_start|>assistant\n")
+
+
+def test_null_assistant_content_is_no_parts_in_part_templates(renderer):
+    assert renderer.messages(request(TOOL_HISTORY))[1]["content"] == []
+
+
+@pytest.mark.parametrize(
+    ("template", "messages", "content_format", "fragment"),
+    [
+        (NO_SYSTEM, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "auto",
+         "System role not supported"),
+        (MISTRAL, [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}], "auto",
+         "Conversation roles must alternate"),
+        (CHATML, [{"role": "user", "content": "Hi"}], "openai", "TypeError"),
+    ],
+    ids=["no-system-role", "alternating-roles", "parts-in-a-string-template"],
+)
+def test_a_template_that_cannot_render_the_conversation_is_a_400(tokenizer, template, messages, content_format,
+                                                                  fragment):
+    with pytest.raises(BadRequestError) as info:
+        renderer_with(tokenizer, template, content_format).render(request(messages))
+    assert info.value.status == 400 and info.value.param == "messages"
+    assert fragment in info.value.message and "The chat template failed" in info.value.message
+
+
+def test_mistral_template_renders_a_valid_conversation(tokenizer):
+    prompt = renderer_with(tokenizer, MISTRAL).render(
+        request([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}])
+    )
+    assert prompt.text == "[INST] a [/INST]b<|im_end|>[INST] c [/INST]"

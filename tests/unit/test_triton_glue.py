@@ -28,8 +28,8 @@ def vllm_response(text: str, reason: str | None = None, tokens: int = 1) -> fake
 
 
 class Stub:
-    """What Triton's Python stub does around a model: an event loop on its own thread that runs
-    `execute`, and the model's lifecycle calls."""
+    """What Triton's Python stub does around a model: the lifecycle calls, `execute` from its
+    main thread."""
 
     def __init__(self, monkeypatch, tiny_model, script, model_class=OpenAIChatModel, **parameters):
         self.calls: list = []
@@ -48,20 +48,15 @@ class Stub:
                   "parameters": {k: {"string_value": v} for k, v in params.items()}}
         self.model = model_class()
         self.model.initialize({"model_name": "openai_chat", "model_config": json.dumps(config)})
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
 
     def execute(self, *requests: fakes.Request, timeout: float = 5.0) -> None:
-        result = asyncio.run_coroutine_threadsafe(self.model.execute(list(requests)), self.loop).result(timeout)
-        assert result is None  # a decoupled model answers through its senders only
+        assert not asyncio.iscoroutinefunction(self.model.execute)  # see triton/model.py
+        assert self.model.execute(list(requests)) is None  # a decoupled model answers through its senders only
         for request in requests:
             assert request.sender.final.wait(timeout), "no FINAL response"
 
     def close(self) -> None:
         self.model.finalize()
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 @pytest.fixture
@@ -228,12 +223,13 @@ def test_a_model_that_is_not_decoupled_fails_to_load(monkeypatch, tiny_model):
         OpenAIChatModel().initialize({"model_name": "openai_chat", "model_config": json.dumps(config)})
 
 
-def test_finalize_stops_the_sending_threads(stub_factory):
+def test_finalize_stops_the_threads_it_started(stub_factory):
+    before = set(threading.enumerate())
     stub = stub_factory(hello)
     stub.execute(fakes.Request(chat()))
-    lanes = [t for t in threading.enumerate() if t.name.startswith("chat-responder")]
-    assert lanes
+    started = [t for t in set(threading.enumerate()) - before if t.name.startswith(("chat-responder", "chat-loop"))]
+    assert {t.name.split("-")[1] for t in started} == {"responder", "loop"}
     stub.close()
-    for thread in lanes:
+    for thread in started:
         thread.join(2)
-    assert not any(t.is_alive() for t in lanes)
+    assert not any(t.is_alive() for t in started)

@@ -1,10 +1,15 @@
 """The `openai_chat` and `openai_completions` Triton models: lifecycle and per-request glue.
 
-    execute(requests) --> one task per request on the stub's event loop:
+    execute(requests) --> one task per request on this instance's event loop:
         body (sink.request_body) --service.prepare (worker thread)--> PreparedRequest
         --transport.open--> one stream per choice --pump--> Responder (builds, sends, cancels)
 
 `execute` only schedules that work and returns, so one instance serves many streams at once.
+It is a plain function and the event loop is this model's own, on its own thread (as in
+NVIDIA's vLLM backend): an `async def execute` would put every call through the 2.51 stub's
+bookkeeping of coroutines, which logs "Cannot remove future from background; KeyError" as an
+error whenever the coroutine finishes before the stub has registered it, which for a coroutine
+that only schedules work is most of the time.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import json
 import locale
 import logging
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import InternalError, OpenAIError
@@ -68,8 +74,10 @@ class OpenAIModel:
                                            settings.grpc_cancel, settings.idle_timeout_s)
         else:
             self.transport = BlsTransport(settings.target_model, settings.target_model_version)
-        self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
+        self.loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="chat-loop")
+        self._loop_thread.start()
         log.info(
             "%s ready: serves %r via %s model %r over %s (context %d tokens, tokenizer %s)",
             self.model_name,
@@ -81,14 +89,14 @@ class OpenAIModel:
             settings.tokenizer,
         )
 
-    async def execute(self, requests):
-        self.loop = asyncio.get_running_loop()
+    def execute(self, requests):
         for request in requests:
-            self._spawn(self._handle(request))
+            self.loop.call_soon_threadsafe(self._spawn, self._handle(request))
         return None
 
     def _spawn(self, coroutine) -> None:
-        task = asyncio.get_running_loop().create_task(coroutine)
+        """On the loop: run `coroutine` as a task held until it ends."""
+        task = self.loop.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -136,11 +144,13 @@ class OpenAIModel:
 
     def finalize(self) -> None:
         self.responder.stop()
-        if self.loop is not None and self.loop.is_running():
+        if self.loop.is_running():
             try:
                 asyncio.run_coroutine_threadsafe(self.transport.close(), self.loop).result(timeout=5)
             except Exception:  # noqa: BLE001  (shutting down anyway)
                 log.debug("closing the transport failed", exc_info=True)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._loop_thread.join(timeout=5)
         self.pool.shutdown(wait=False, cancel_futures=True)
         log.info("%s finalized (%d requests still open)", self.model_name, self.responder.open_requests)
 
