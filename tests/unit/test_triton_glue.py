@@ -233,3 +233,32 @@ def test_finalize_stops_the_threads_it_started(stub_factory):
     for thread in started:
         thread.join(2)
     assert not any(t.is_alive() for t in started)
+
+
+def test_bls_reads_one_stream_at_a_time(stub_factory):
+    """The Python backend stub deadlocks when one thread waits in a BLS iterator while another
+    starts or drops a stream, so an instance runs its BLS streams one after the other."""
+    active, most = [0], [0]
+    lock = threading.Lock()
+
+    class Counted(fakes.ResponseIterator):
+        def __iter__(self):
+            with lock:
+                active[0] += 1
+                most[0] = max(most[0], active[0])
+            try:
+                yield from super().__iter__()
+            finally:
+                with lock:
+                    active[0] -= 1
+
+    stub = stub_factory(lambda _kwargs, _index: Counted([vllm_response("a"), vllm_response("b", "stop")], delay=0.01))
+    requests = [fakes.Request(chat(n=2, stream=True)) for _ in range(4)]
+    stub.execute(*requests, timeout=10)
+    assert len(stub.calls) == 8 and most[0] == 1
+    for request in requests:
+        text = {}
+        for payload in request.sender.payloads():
+            for choice in payload["choices"]:
+                text[choice["index"]] = text.get(choice["index"], "") + (choice["delta"].get("content") or "")
+        assert text == {0: "ab", 1: "ab"}

@@ -1,10 +1,15 @@
 """`transport: bls`: the generation model called with BLS `async_exec(decoupled=True)`.
 
-Each stream's `ResponseIterator` blocks on `next()`, so one thread per stream reads it and
-hands each response to the event loop. Two rules keep Triton 2.51's stub alive (see README,
-"Known limits"): every stream is read up to its final response, also when nobody wants it
-any more, and finished iterators are held a few seconds (`_RetiredIterators`) so that their
-last release happens in Python, with the GIL.
+A stream's `ResponseIterator` blocks on `next()`, so a thread reads it and hands each
+response to the event loop. Three rules keep the Python backend's stub alive (see README,
+"Transports" and "Known limits", and docs/upstream/):
+- one BLS stream at a time per model instance: the stub deadlocks when one thread waits in
+  `next()` while another starts or drops a stream (a lock cycle between the GIL, the stub's
+  iterator map and the iterator's mutex, in every release from 24.10 on). Concurrency comes
+  from `instance_group` count, as with NVIDIA's `tensorrt_llm_bls`;
+- every stream is read up to its final response, also when nobody wants it any more;
+- finished iterators are held a few seconds (`_RetiredIterators`) so that their last release
+  happens in Python, with the GIL.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import InternalError
+from ..errors import InternalError, UnavailableError
 from ..service import TargetCall
 from ..transports.base import error_for
 from .sink import pb
@@ -26,27 +31,42 @@ _END = object()
 
 
 class BlsTransport:
-    def __init__(self, model: str, version: int = -1):
+    """`wait_timeout`: how long a request may wait for the instance's stream (0: forever)."""
+
+    def __init__(self, model: str, version: int = -1, wait_timeout: float = 0.0):
         self.model = model
         self.version = version
-        self._loop_ready = False
+        self.wait_timeout = wait_timeout
+        self._one_stream: asyncio.Semaphore | None = None  # created on the event loop
 
     async def open(self, call: TargetCall) -> BlsStream:
         utils = pb()
         loop = asyncio.get_running_loop()
-        if not self._loop_ready:
-            # `async_exec` runs each BLS call in the loop's default executor and holds a
-            # worker until the first response: size it for the streams we serve at once.
-            loop.set_default_executor(ThreadPoolExecutor(max_workers=256, thread_name_prefix="chat-bls"))
-            self._loop_ready = True
-        request = utils.InferenceRequest(
-            request_id=call.request_id,
-            model_name=self.model,
-            model_version=self.version,
-            inputs=[utils.Tensor(name, value) for name, value in call.inputs.items()],
-            requested_output_names=call.outputs,
-        )
-        return BlsStream(await request.async_exec(decoupled=True), loop)
+        if self._one_stream is None:
+            self._one_stream = asyncio.Semaphore(1)
+            # `async_exec` runs in the loop's default executor until the first response.
+            loop.set_default_executor(ThreadPoolExecutor(max_workers=2, thread_name_prefix="chat-bls"))
+        try:
+            await asyncio.wait_for(self._one_stream.acquire(), self.wait_timeout or None)
+        except TimeoutError:
+            raise UnavailableError(
+                f"The generation model's BLS stream of this instance stayed busy for {self.wait_timeout:g} s "
+                "(transport 'bls' reads one stream at a time per instance)."
+            ) from None
+        release = self._one_stream.release
+        try:
+            request = utils.InferenceRequest(
+                request_id=call.request_id,
+                model_name=self.model,
+                model_version=self.version,
+                inputs=[utils.Tensor(name, value) for name, value in call.inputs.items()],
+                requested_output_names=call.outputs,
+            )
+            iterator = await request.async_exec(decoupled=True)
+        except BaseException:
+            release()
+            raise
+        return BlsStream(iterator, loop, on_end=lambda: loop.call_soon_threadsafe(release))
 
     async def close(self) -> None:
         _retired.clear()
@@ -55,9 +75,10 @@ class BlsTransport:
 class BlsStream:
     """One BLS response stream, read on its own thread and handed to the event loop."""
 
-    def __init__(self, iterator, loop: asyncio.AbstractEventLoop):
+    def __init__(self, iterator, loop: asyncio.AbstractEventLoop, on_end=lambda: None):
         self._iterator = iterator
         self._loop = loop
+        self._on_end = on_end
         self._queue: asyncio.Queue = asyncio.Queue()
         self._abandoned = False
         threading.Thread(target=self._read, daemon=True, name="chat-bls-read").start()
@@ -86,6 +107,7 @@ class BlsStream:
             log.exception("BLS stream failed")
             self._put(InternalError(f"The generation stream failed: {exc}"))
         _retired.add(self._iterator)
+        self._on_end()  # the next stream of this instance may start
 
     async def __aiter__(self):
         while True:

@@ -73,7 +73,7 @@ class OpenAIModel:
             self.transport = GrpcTransport(settings.grpc_url, settings.target_model, settings.target_model_version,
                                            settings.grpc_cancel, settings.idle_timeout_s)
         else:
-            self.transport = BlsTransport(settings.target_model, settings.target_model_version)
+            self.transport = BlsTransport(settings.target_model, settings.target_model_version, settings.idle_timeout_s)
         self._tasks: set[asyncio.Task] = set()
         self.loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="chat-loop")
