@@ -262,3 +262,26 @@ def test_bls_reads_one_stream_at_a_time(stub_factory):
             for choice in payload["choices"]:
                 text[choice["index"]] = text.get(choice["index"], "") + (choice["delta"].get("content") or "")
         assert text == {0: "ab", 1: "ab"}
+
+
+def test_a_silent_bls_stream_does_not_hold_its_instance_for_good(stub_factory):
+    """Before 25.04 nothing ends a BLS stream the generation model never finishes: the request is
+    abandoned after idle_timeout_s, and once that stream has been silent that long the instance
+    takes its next stream."""
+    unblock = threading.Event()
+
+    class Hanging(fakes.ResponseIterator):
+        def __iter__(self):
+            yield vllm_response("x")
+            unblock.wait(30)
+
+    scripts = iter([Hanging([]), fakes.ResponseIterator([vllm_response("next", "stop")])])
+    stub = stub_factory(lambda _kwargs, _index: next(scripts), idle_timeout_s="0.5")
+    try:
+        hung, after = fakes.Request(chat(stream=True)), fakes.Request(chat())
+        stub.execute(hung, after, timeout=10)
+        [error] = hung.sender.errors()
+        assert error.code() == fakes.TritonError.UNAVAILABLE
+        assert after.sender.payloads()[0]["choices"][0]["message"]["content"] == "next"
+    finally:
+        unblock.set()

@@ -8,7 +8,8 @@ from `target` (COUNT responses, ~1 ms apart).
 If no request completes for STALL seconds, prints DEADLOCK, dumps the `caller`
 stub's Python stacks (SIGUSR1 -> faulthandler, into the server log) and native
 stacks (gdb, if installed), stops the server and exits 1. Exits 0 when all
-requests complete, 2 if --max-seconds ran out while requests were still progressing.
+requests complete, 3 if a stub process died (crash), 2 if --max-seconds ran out
+while requests were still progressing.
 
 Usage (inside an NGC tritonserver container, `tritonserver` on PATH):
     pip install tritonclient[grpc]
@@ -39,13 +40,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 HERE = Path(__file__).resolve().parent
-# Functions whose presence in a native stack marks a thread of the lock cycle.
-KEY_FRAMES = re.compile(
-    r"ResponseIterator::(Next|Clear|EnqueueResponse)|Stub::(GetResponseIterator|"
-    r"ProcessBLSResponseDecoupled|EnqueueUtilsMessage|SendCleanupId|"
-    r"ServiceStubToParentRequests|ParentToStubMQMonitor)|take_gil|PyEval_RestoreThread|"
-    r"PyGILState_Ensure|__lll_lock_wait|pthread_mutex_lock|pthread_cond_wait"
-)
+EXEC_LAMBDA = "lambda(std::shared_ptr<triton::backend::python::InferRequest>&, bool)"
 
 
 def free_port() -> int:
@@ -137,41 +132,87 @@ def client_worker(url, next_index, n_requests, count, timeout, done, errors):
         except queue.Empty:
             return  # stalled: the main thread reports it
         if error is not None:
-            errors.append(str(error))
+            errors.append(f"request {i}: {error}")
         elif int(result.as_numpy("TOTAL")[0]) != count:
             errors.append(f"request {i}: TOTAL={result.as_numpy('TOTAL')[0]}, expected {count}")
-        done.append(i)
+        else:
+            done.append(i)
     client.stop_stream()
 
 
-def dump_stacks(server: Server, out_dir: Path) -> None:
-    pid = server.stub_pid("caller")
-    if pid is None:
-        print("could not find the caller stub process")
-        return
-    print(f"caller stub pid {pid}")
+def gdb(pid: int, *commands: str) -> str:
+    cmd = ["gdb", "-p", str(pid), "-batch", "-ex", "set pagination off"]
+    for c in commands:
+        cmd += ["-ex", c]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+
+
+def summarize(text: str, python_lines: dict[str, str]) -> list[tuple[str, str]]:
+    """One line per thread: what it waits for, and the Triton frames above the wait."""
+    rows = []
+    for block in re.split(r"\n(?=Thread \d+ )", text):
+        head = re.match(r"Thread (\d+) \(Thread (0x[0-9a-f]+) \(LWP (\d+)\)", block)
+        if not head:
+            continue
+        mutex = re.search(r"__lll_lock_wait \(futex=futex@entry=(0x[0-9a-f]+)", block)
+        if mutex:
+            wait = f"waits for mutex {mutex.group(1)}"
+        elif "take_gil" in block:
+            wait = "waits for the GIL"
+        elif "pthread_cond_wait" in block or "pthread_cond_timedwait" in block:
+            wait = "idle (condition wait)"
+        else:
+            wait = "other"
+        calls = []
+        for m in re.finditer(r"in (?:triton::backend::python::)?((?:\w+::)?\w+)\(", block):
+            if "pybind11" not in m.group(1) and m.group(1) not in calls:
+                calls.append(m.group(1))
+        if EXEC_LAMBDA in block:
+            calls.append("exec() binding")
+        py = python_lines.get(int(head.group(2), 16))
+        where = " <- ".join(calls[:4]) + (f" <- {py}" if py else "")
+        rows.append((f"Thread {head.group(1)} (LWP {head.group(3)})", f"{wait}" + (f": {where}" if where else "")))
+    return rows
+
+
+def process_state(pid: int) -> str:
+    try:  # field 3 of /proc/PID/stat; Z = exited, not yet reaped by tritonserver
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def dump_stacks(server: Server, stubs: dict[str, int | None], out_dir: Path) -> None:
+    pid = stubs["caller"]
+    print(f"caller stub pid {pid}, state {process_state(pid)}")
     # Python stacks: faulthandler (registered in caller's initialize) writes to the log.
     os.kill(pid, signal.SIGUSR1)
     time.sleep(1)
+    python_lines = {}  # thread id -> innermost model.py line
+    for m in re.finditer(r"Thread (0x[0-9a-f]+) \(most recent call first\):\n\s+File \"[^\"]*?"
+                         r"(models/\w+/1/model\.py)\", line (\d+) in (\w+)",
+                         server.log_path.read_text(errors="replace")):
+        python_lines[int(m.group(1), 16)] = f"{m.group(2)}:{m.group(3)} {m.group(4)}()"
     if shutil.which("gdb") is None:
         print("gdb not installed: no native stacks (apt-get install gdb)")
         return
+    text = gdb(pid, "thread apply all bt")
     stacks = out_dir / f"gdb_stacks_{pid}.txt"
-    with open(stacks, "w") as f:
-        subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "set pagination off",
-                        "-ex", "thread apply all bt"], stdout=f, stderr=subprocess.STDOUT,
-                       timeout=120)
+    stacks.write_text(text)
     print(f"native stacks of all threads: {stacks}")
-    print("threads with frames of the lock cycle (top frames only):")
-    for block in re.split(r"\n(?=Thread \d+ )", stacks.read_text(errors="replace")):
-        if not block.startswith("Thread ") or not KEY_FRAMES.search(block):
-            continue
-        lines = block.splitlines()
-        frames = [l for l in lines[1:] if l.startswith("#")][:12]
-        print("  " + lines[0])
-        for fr in frames:
-            fr = re.sub(r" \(.*?\) at ", " at ", fr)  # drop argument lists
-            print("     " + fr[:160])
+    # Who owns the mutexes that threads wait for (glibc: __data.__owner at offset 8),
+    # and which thread last took the GIL (CPython 3.8-3.11 layout; best effort).
+    mutexes = sorted(set(re.findall(r"__lll_lock_wait \(futex=futex@entry=(0x[0-9a-f]+)", text)))
+    owners = gdb(pid, *[f"printf \"mutex {m} owner LWP %d\\n\", *(int*)({m}+8)" for m in mutexes],
+                 "printf \"GIL last holder: thread 0x%lx\\n\", "
+                 "((PyThreadState*)_PyRuntime.ceval.gil.last_holder._value)->thread_id")
+    owner_lines = [l for l in owners.splitlines() if l.startswith(("mutex", "GIL"))]
+    (out_dir / f"gdb_owners_{pid}.txt").write_text("\n".join(owner_lines) + "\n")
+    print("thread summary (waits, Triton frames innermost first, Python line):")
+    for name, what in summarize(text, python_lines):
+        print(f"  {name}: {what}")
+    for line in owner_lines:
+        print("  " + line)
 
 
 def main() -> int:
@@ -194,6 +235,7 @@ def main() -> int:
     except BaseException:
         server.stop()
         raise
+    stubs = {m: server.stub_pid(m) for m in ("caller", "target")}
     print(f"tritonserver ready (pid {server.process.pid}, log {log}); sending {args.requests} "
           f"requests, concurrency {args.concurrency}, {args.count} BLS responses each")
     done: list[int] = []
@@ -214,15 +256,27 @@ def main() -> int:
             if n != last_n:
                 last_n, last_t = n, now
             if int(now - start) % 5 == 0:
-                print(f"  t={now - start:5.1f}s completed={n}")
+                print(f"  t={now - start:5.1f}s completed={n} errors={len(errors)}")
             if n >= args.requests:
-                print(f"OK: {n} requests completed in {now - start:.1f}s, errors={len(errors)}")
+                print(f"OK: {n} requests completed in {now - start:.1f}s")
                 code = 0
+                break
+            dead = {m: process_state(pid) for m, pid in stubs.items() if pid
+                    if process_state(pid) in ("Z", "gone")}
+            if dead:
+                print(f"CRASH at t~{now - start:.0f}s: stub process(es) exited {dead}; "
+                      f"completed={n}. From the server log:")
+                time.sleep(1)
+                for line in log.read_text(errors="replace").splitlines():
+                    if re.search(r"malloc|free\(\)|corrupt|Fatal Python|Segmentation|"
+                                 r"Signal|not healthy|terminate", line):
+                        print("   ", line[:200])
+                code = 3
                 break
             if now - last_t >= args.stall:
                 print(f"DEADLOCK: completed={n}/{args.requests}, no completion for "
-                      f"{now - last_t:.0f}s (last progress at t={last_t - start:.1f}s)")
-                dump_stacks(server, args.out)
+                      f"{now - last_t:.0f}s (last at t={last_t - start:.1f}s); stubs alive")
+                dump_stacks(server, stubs, args.out)
                 code = 1
                 break
             if now - start >= args.max_seconds:

@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import InternalError, UnavailableError
+from ..errors import InternalError
 from ..service import TargetCall
 from ..transports.base import error_for
 from .sink import pb
@@ -31,12 +31,15 @@ _END = object()
 
 
 class BlsTransport:
-    """`wait_timeout`: how long a request may wait for the instance's stream (0: forever)."""
+    """`silence_timeout`: how long an abandoned stream may stay silent before its instance takes
+    the next stream anyway (0: never). On releases without `ResponseIterator.cancel()` (before
+    25.04) nothing can end a stream the generation model never finishes; a silent stream cannot
+    take part in the lock cycle (its reader is not being woken), so it is left behind."""
 
-    def __init__(self, model: str, version: int = -1, wait_timeout: float = 0.0):
+    def __init__(self, model: str, version: int = -1, silence_timeout: float = 0.0):
         self.model = model
         self.version = version
-        self.wait_timeout = wait_timeout
+        self.silence_timeout = silence_timeout
         self._one_stream: asyncio.Semaphore | None = None  # created on the event loop
 
     async def open(self, call: TargetCall) -> BlsStream:
@@ -46,14 +49,8 @@ class BlsTransport:
             self._one_stream = asyncio.Semaphore(1)
             # `async_exec` runs in the loop's default executor until the first response.
             loop.set_default_executor(ThreadPoolExecutor(max_workers=2, thread_name_prefix="chat-bls"))
-        try:
-            await asyncio.wait_for(self._one_stream.acquire(), self.wait_timeout or None)
-        except TimeoutError:
-            raise UnavailableError(
-                f"The generation model's BLS stream of this instance stayed busy for {self.wait_timeout:g} s "
-                "(transport 'bls' reads one stream at a time per instance)."
-            ) from None
-        release = self._one_stream.release
+        await self._one_stream.acquire()
+        slot = _Slot(self._one_stream, loop)
         try:
             request = utils.InferenceRequest(
                 request_id=call.request_id,
@@ -64,23 +61,40 @@ class BlsTransport:
             )
             iterator = await request.async_exec(decoupled=True)
         except BaseException:
-            release()
+            slot.release()
             raise
-        return BlsStream(iterator, loop, on_end=lambda: loop.call_soon_threadsafe(release))
+        return BlsStream(iterator, loop, slot, self.silence_timeout)
 
     async def close(self) -> None:
         _retired.clear()
 
 
+class _Slot:
+    """The instance's one BLS stream, released exactly once (from any thread)."""
+
+    def __init__(self, semaphore: asyncio.Semaphore, loop: asyncio.AbstractEventLoop):
+        self._semaphore, self._loop = semaphore, loop
+        self._lock = threading.Lock()
+        self._held = True
+
+    def release(self) -> None:
+        with self._lock:
+            held, self._held = self._held, False
+        if held:
+            self._loop.call_soon_threadsafe(self._semaphore.release)
+
+
 class BlsStream:
     """One BLS response stream, read on its own thread and handed to the event loop."""
 
-    def __init__(self, iterator, loop: asyncio.AbstractEventLoop, on_end=lambda: None):
+    def __init__(self, iterator, loop: asyncio.AbstractEventLoop, slot: _Slot, silence_timeout: float = 0.0):
         self._iterator = iterator
         self._loop = loop
-        self._on_end = on_end
+        self._slot = slot
+        self._silence_timeout = silence_timeout
         self._queue: asyncio.Queue = asyncio.Queue()
         self._abandoned = False
+        self._last_response = time.monotonic()
         threading.Thread(target=self._read, daemon=True, name="chat-bls-read").start()
 
     def _put(self, item) -> None:
@@ -91,6 +105,7 @@ class BlsStream:
         codes = _code_names()
         try:
             for response in self._iterator:
+                self._last_response = time.monotonic()
                 if self._abandoned:
                     continue
                 if response.has_error():
@@ -107,7 +122,7 @@ class BlsStream:
             log.exception("BLS stream failed")
             self._put(InternalError(f"The generation stream failed: {exc}"))
         _retired.add(self._iterator)
-        self._on_end()  # the next stream of this instance may start
+        self._slot.release()  # the next stream of this instance may start
 
     async def __aiter__(self):
         while True:
@@ -120,13 +135,25 @@ class BlsStream:
 
     def abandon(self) -> None:
         """Any thread: drop what comes next; cancel the generation where the release can
-        (`ResponseIterator.cancel()`, Triton 25.04 and later). The reader still reads to the end."""
+        (`ResponseIterator.cancel()`, Triton 25.04 and later). The reader still reads to the end;
+        if the stream stays silent, its instance moves on (see `BlsTransport`)."""
         if self._abandoned:
             return
         self._abandoned = True
         cancel = getattr(self._iterator, "cancel", None)
         if cancel is not None:
             cancel()
+        if self._silence_timeout:
+            self._loop.call_soon_threadsafe(self._watch_silence)
+
+    def _watch_silence(self) -> None:
+        """On the loop, while the abandoned stream is being read to its end."""
+        silent_for = time.monotonic() - self._last_response
+        if silent_for >= self._silence_timeout:
+            log.warning("an abandoned BLS stream stayed silent for %.0f s; this instance takes the next one", silent_for)
+            self._slot.release()
+        elif self._slot._held:
+            self._loop.call_later(self._silence_timeout - silent_for, self._watch_silence)
 
     async def released(self) -> None:
         return  # the reader thread finishes the stream by itself

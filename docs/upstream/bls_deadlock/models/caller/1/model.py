@@ -15,7 +15,8 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         # Diagnostics only: `kill -USR1 <stub pid>` prints every thread's Python
-        # stack to the server log, without needing the GIL.
+        # stack to the server log (without needing the GIL); so does a crash.
+        faulthandler.enable(all_threads=True)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def execute(self, requests):
