@@ -758,11 +758,12 @@ def set_instance_count(config_path: Path, count: int) -> None:
     config_path.write_text(head + sep + tail)
 
 
-def build_repository(repo: Path, args, grpc_port: int) -> None:
+def build_repository(repo: Path, args, grpc_port: int, http_port: int) -> None:
     """The models the selected pairs need, as tests/conftest.py builds them."""
     from tools.repositories import add_chat_model, add_test_model, add_vllm_model  # noqa: PLC0415
 
-    transport = {"transport": args.transport, "grpc_url": f"127.0.0.1:{grpc_port}"}
+    transport = {"transport": args.transport, "grpc_url": f"127.0.0.1:{grpc_port}", "http_url": f"127.0.0.1:{http_port}",
+                 **{key: str(value) for key, value in args.chat_parameter}}
     chat_dirs = []
     if "vllm" in args.paths:
         add_vllm_model(repo, args.raw_model, args.tokenizer, **dict(args.engine_arg))
@@ -826,8 +827,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--paths", type=_paths, default=["vllm", "scripted"], help="pairs to run: vllm,scripted")
     p.add_argument("--scripted-interval-ms", type=float, default=2.0, help="the fake engine's time per token")
     p.add_argument("--instances", type=int, default=1, help="instance_group count of the chat models")
-    p.add_argument("--transport", choices=("grpc", "bls"), default="grpc",
+    p.add_argument("--transport", choices=("http", "grpc", "bls"), default="grpc",
                    help="how the chat models read the generation stream (config parameter 'transport')")
+    p.add_argument("--chat-parameter", action="append", default=[], type=parse_engine_arg,
+                   help="config parameter key=value of the chat models (e.g. responder_threads=1)")
     p.add_argument("--engine-arg", action="append", default=[], type=parse_engine_arg,
                    help="extra vLLM engine argument key=value for vllm_model (e.g. stream_interval=4)")
     p.add_argument("--out", type=Path, help="JSON results (default: bench-results/<timestamp>.json)")
@@ -857,7 +860,7 @@ def start_server(args, out: Path):
 
     repo_dir = Path(tempfile.mkdtemp(prefix="bench-repo-"))
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-    build_repository(repo_dir, args, grpc_port)
+    build_repository(repo_dir, args, grpc_port, http_port)
     server_log = out.with_name(out.stem + "-tritonserver.log")
     server = TritonServer(repo_dir, http_port, grpc_port, metrics_port, log_path=server_log)
     log(f"starting tritonserver (log: {server_log})")

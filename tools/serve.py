@@ -44,7 +44,7 @@ def main() -> None:
         model=str(model),
         served_model_name=served,
         engine_args={**CPU_ENGINE_ARGS, **dict(args.engine_arg)},
-        chat_parameters={"grpc_url": f"localhost:{args.grpc_port}"},
+        chat_parameters={"http_url": f"localhost:{args.http_port}", "grpc_url": f"localhost:{args.grpc_port}"},
     )
     server = TritonServer(repo, args.http_port, args.grpc_port, args.metrics_port)
     # SIGTERM (docker stop, systemd, kill) ends the server like Ctrl-C: the handler only

@@ -1,3 +1,3 @@
-"""OpenAI Chat Completions served from NVIDIA Triton through a decoupled Python BLS model."""
+"""OpenAI Chat Completions served from NVIDIA Triton by a decoupled Python-backend model."""
 
 __version__ = "0.1.0"

@@ -18,7 +18,7 @@ from .parsers.base import get_reasoning_parser, get_tool_parser
 log = logging.getLogger(__name__)
 
 REQUEST_FORMATS = ("vllm", "trtllm", "tensorrt_llm")
-TRANSPORTS = ("grpc", "bls")
+TRANSPORTS = ("http", "grpc", "bls")
 
 
 class ConfigError(ValueError):
@@ -47,12 +47,14 @@ class Settings:
         user=True,
     )
     transport: str = setting(
-        "grpc",
-        "how the generation stream is read: `grpc` (a streaming call to this server's gRPC endpoint) or `bls` (see "
-        "[Transports](#transports-bls-and-why-grpc-is-the-default))",
+        "http",
+        "how the generation stream is read: `http` (a `generate_stream` request to this server's HTTP endpoint), "
+        "`grpc` (a streaming call to its gRPC endpoint) or `bls` (Python-backend BLS); see "
+        "[Transports](#transports-http-grpc-and-bls)",
         TRANSPORTS,
         user=True,
     )
+    http_url: str = setting("localhost:8000", "this server's HTTP endpoint, for `transport: http`", user=True)
     grpc_url: str = setting("localhost:8001", "this server's gRPC endpoint, for `transport: grpc`", user=True)
     grpc_cancel: bool = setting(
         False,

@@ -5,14 +5,15 @@ Its repository holds:
   local vLLM backend (real vLLM engine on the CPU);
 - `chat_scripted`: the same `openai_chat` code calling `scripted_vllm`, a model with the
   vLLM backend's interface whose output each test scripts through the prompt;
-- `openai_chat_bls` and `chat_scripted_bls`: the same two over the BLS transport;
+- `..._grpc` and `..._bls` of both: the same over the gRPC and BLS transports (HTTP is the
+  default);
 - `openai_completions` and `completions_scripted`: the Completions model in front of each
   (and `completions_trtllm`, `completions_tensorrt_llm` in front of the TensorRT-LLM stand-ins);
 - `chat_tools` (and `chat_tools_trtllm`, `chat_tools_tensorrt_llm`): `openai_chat` with the
   hermes tool-call and qwen3 reasoning parsers, in front of each scripted model;
 - `ensemble` and `tensorrt_llm`: stand-ins with the interfaces of NVIDIA's TensorRT-LLM
   models, and `chat_trtllm` / `chat_tensorrt_llm`: `openai_chat` in front of each with the
-  `trtllm` and `tensorrt_llm` request formats (and `chat_tensorrt_llm_bls` over BLS;
+  `trtllm` and `tensorrt_llm` request formats (and over the other transports;
   `chat_trtllm_counting` counts tokens itself instead of asking the ensemble).
 The vLLM model serves one LoRA adapter, `tiny-lora` (random weights), named
 `tiny-chat:tiny-lora` through `openai_chat`.
@@ -20,8 +21,6 @@ The vLLM model serves one LoRA adapter, `tiny-lora` (random weights), named
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +28,6 @@ import pytest
 
 from tests.helpers import ChatClient
 from tools.repositories import (
-    ROOT,
     add_chat_model,
     add_test_model,
     add_vllm_model,
@@ -38,8 +36,6 @@ from tools.repositories import (
 )
 from tritonchat.repository import set_parameter
 from tools.tritonlocal import TritonServer, free_port
-
-TINY_MODEL = ROOT / "build" / "tiny-chat"
 
 # Plain ChatML (string content, no tool or reasoning support) and Mistral's v1 template (no
 # system role, roles must alternate), as their models ship them.
@@ -72,26 +68,29 @@ class Route:
         return f"{self.fmt}-{self.transport}"
 
 
+TRANSPORTS = {"http": "", "grpc": "_grpc", "bls": "_bls"}  # transport -> model name suffix
 ROUTES = [
-    Route("vllm", "grpc", "chat_scripted", "scripted_vllm"),
+    Route("vllm", "http", "chat_scripted", "scripted_vllm"),
+    Route("vllm", "grpc", "chat_scripted_grpc", "scripted_vllm"),
     Route("vllm", "bls", "chat_scripted_bls", "scripted_vllm"),
-    Route("trtllm", "grpc", "chat_trtllm", "ensemble"),
-    Route("tensorrt_llm", "grpc", "chat_tensorrt_llm", "tensorrt_llm"),
+    Route("trtllm", "http", "chat_trtllm", "ensemble"),
+    Route("trtllm", "grpc", "chat_trtllm_grpc", "ensemble"),
+    Route("tensorrt_llm", "http", "chat_tensorrt_llm", "tensorrt_llm"),
+    Route("tensorrt_llm", "grpc", "chat_tensorrt_llm_grpc", "tensorrt_llm"),
     Route("tensorrt_llm", "bls", "chat_tensorrt_llm_bls", "tensorrt_llm"),
 ]
-
-
-@pytest.fixture(scope="session")
-def tiny_model() -> Path:
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_tiny_model.py"), "--out", str(TINY_MODEL)], check=True)
-    return TINY_MODEL
 
 
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory, tiny_model) -> TritonServer:
     repo = tmp_path_factory.mktemp("model_repository")
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-    grpc_url = f"127.0.0.1:{grpc_port}"
+    # Every chat model reaches the server it runs in at these (each picks one by `transport`).
+    loopback = dict(http_url=f"127.0.0.1:{http_port}", grpc_url=f"127.0.0.1:{grpc_port}")
+
+    def chat_model(name: str, **parameters: str) -> None:
+        add_chat_model(repo, name, **loopback, **parameters)
+
     add_test_model(repo, "scripted_vllm")
     scripted = dict(
         target_model="scripted_vllm",
@@ -100,31 +99,29 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         idle_timeout_s="3",
         cancel_check_interval_ms="50",
     )
-    add_chat_model(repo, "chat_scripted", grpc_url=grpc_url, trust_request_chat_template="true", **scripted)
-    add_chat_model(repo, "chat_scripted_bls", transport="bls", **scripted)
-    add_chat_model(repo, "chat_scripted_cancel", grpc_url=grpc_url, grpc_cancel="true", **scripted)
-    # Chat templates of other shapes than the tiny model's (see OTHER_TEMPLATES).
-    for name, template in OTHER_TEMPLATES.items():
-        tokenizer_dir = tokenizer_with_template(tiny_model, tmp_path_factory.mktemp(name) / "tokenizer", template)
-        add_chat_model(repo, f"chat_{name}", grpc_url=grpc_url, **{**scripted, "tokenizer": str(tokenizer_dir)})
-    add_chat_model(repo, "completions_scripted", source="openai_completions", grpc_url=grpc_url, **scripted)
-    tools = dict(grpc_url=grpc_url, tool_call_parser="hermes", reasoning_parser="qwen3")
-    add_chat_model(repo, "chat_tools", **tools, **scripted)
     for name, source in (("ensemble", "trtllm_ensemble"), ("tensorrt_llm", "tensorrt_llm_mock")):
         config = add_test_model(repo, name, source) / "config.pbtxt"
         config.write_text(set_parameter(config.read_text(), "tokenizer_dir", str(tiny_model)))
     trt = {**scripted, "max_model_len": "2048"}
     for route in ROUTES:
-        if route.fmt != "vllm":
-            extra = {"grpc_url": grpc_url} if route.transport == "grpc" else {"transport": "bls"}
-            add_chat_model(repo, route.model, request_format=route.fmt, **{**trt, "target_model": route.target}, **extra)
+        target = {"target_model": route.target, "request_format": route.fmt} if route.fmt != "vllm" else {}
+        trust = {"trust_request_chat_template": "true"} if route.model == "chat_scripted" else {}
+        chat_model(route.model, transport=route.transport, **trust, **{**(trt if route.fmt != "vllm" else scripted), **target})
+    chat_model("chat_scripted_cancel", transport="grpc", grpc_cancel="true", **scripted)
+    # Chat templates of other shapes than the tiny model's (see OTHER_TEMPLATES).
+    for name, template in OTHER_TEMPLATES.items():
+        tokenizer_dir = tokenizer_with_template(tiny_model, tmp_path_factory.mktemp(name) / "tokenizer", template)
+        chat_model(f"chat_{name}", **{**scripted, "tokenizer": str(tokenizer_dir)})
+    chat_model("completions_scripted", source="openai_completions", **scripted)
+    tools = dict(tool_call_parser="hermes", reasoning_parser="qwen3")
+    chat_model("chat_tools", **tools, **scripted)
     for fmt, target in (("trtllm", "ensemble"), ("tensorrt_llm", "tensorrt_llm")):
-        add_chat_model(repo, f"chat_tools_{fmt}", request_format=fmt, **tools, **{**trt, "target_model": target})
-        add_chat_model(repo, f"completions_{fmt}", source="openai_completions", request_format=fmt, grpc_url=grpc_url,
-                       **{**trt, "target_model": target})
+        chat_model(f"chat_tools_{fmt}", request_format=fmt, **tools, **{**trt, "target_model": target})
+        chat_model(f"completions_{fmt}", source="openai_completions", request_format=fmt,
+                   **{**trt, "target_model": target})
     # An ensemble of a release without num_input_tokens / num_output_tokens: counted here.
-    add_chat_model(repo, "chat_trtllm_counting", request_format="trtllm", grpc_url=grpc_url, trtllm_token_counts="false",
-                   **{**trt, "target_model": "ensemble"})
+    chat_model("chat_trtllm_counting", request_format="trtllm", trtllm_token_counts="false",
+               **{**trt, "target_model": "ensemble"})
     lora = write_random_lora(tiny_model, tmp_path_factory.mktemp("lora") / "tiny-lora")
     add_vllm_model(
         repo,
@@ -134,9 +131,9 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         # Keeps JSON from a random model compact (no whitespace loops) so it finishes.
         structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
     )
-    add_chat_model(repo, "openai_chat", grpc_url=grpc_url, lora_separator=":")
-    add_chat_model(repo, "openai_chat_bls", transport="bls", lora_separator=":")
-    add_chat_model(repo, "openai_completions", source="openai_completions", grpc_url=grpc_url, lora_separator=":")
+    for transport, suffix in TRANSPORTS.items():
+        chat_model("openai_chat" + suffix, transport=transport, lora_separator=":")
+    chat_model("openai_completions", source="openai_completions", lora_separator=":")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"
     server = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log)
     server.start()
@@ -146,9 +143,6 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     finally:
         server.stop()
         print(f"\ntritonserver log: {log}")
-
-
-TRANSPORTS = {"grpc": "", "bls": "_bls"}
 
 
 @pytest.fixture(params=list(TRANSPORTS))
@@ -200,13 +194,6 @@ class Expect:
             return "".join(chunks)
         ids = [i for c in chunks for i in self.tokenizer.encode(c, add_special_tokens=False)]
         return "".join(self.tokenizer.decode([i]) for i in ids)
-
-
-@pytest.fixture(scope="session")
-def tokenizer(tiny_model):
-    from transformers import AutoTokenizer  # noqa: PLC0415
-
-    return AutoTokenizer.from_pretrained(tiny_model)
 
 
 @pytest.fixture

@@ -1,8 +1,10 @@
-"""Clients that disconnect, by the thousand: the server and every model stay up.
+"""Clients that disconnect, by the thousand: the server and every model stay up, over every
+transport.
 
 On Triton 2.51 (the local server) cancelling the loopback `ModelStreamInfer` calls of the gRPC
 transport under such a storm aborted tritonserver (`GRPC_CALL_ERROR_TOO_MANY_OPERATIONS`, `prior >
-0`, SIGSEGV); there `openai_chat` drains those calls instead (see grpc_transport.py).
+0`, SIGSEGV); the gRPC transport drains those calls instead (see transports/grpc.py), and the
+HTTP transport (the default) cancels by closing its connection, which Triton survives.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.integration
 CRASH_MARKERS = ("Signal (", "ASSERTION FAILED", "is not healthy")
 
 
-@pytest.mark.parametrize(("model", "tokens"), [("chat_scripted", 64), ("chat_scripted_bls", 8)])
+@pytest.mark.parametrize(("model", "tokens"), [("chat_scripted", 64), ("chat_scripted_grpc", 64), ("chat_scripted_bls", 8)])
 def test_a_storm_of_dropped_streams_leaves_the_server_serving(triton, server_log, model, tokens):
     """1,000 streams at concurrency 64 (64 tokens 1 ms apart; 8 over BLS, which reads one stream
     at a time per instance), each dropped after 0-20 chunks or after up to 50 ms (often before
@@ -49,7 +51,7 @@ def test_a_storm_of_dropped_streams_leaves_the_server_serving(triton, server_log
     assert triton.process.poll() is None
 
 
-@pytest.mark.parametrize("model", ["chat_scripted", "chat_scripted_bls"])
+@pytest.mark.parametrize("model", ["chat_scripted", "chat_scripted_grpc", "chat_scripted_bls"])
 def test_normal_traffic_logs_no_error(triton, server_log, model):
     """300 ordinary streams at concurrency 32: nothing in the server log at error level (the
     2.51 stub logged "Cannot remove future from background" errors for async `execute`)."""

@@ -116,7 +116,7 @@ class Server:
         return None
 
 
-def client_worker(url, next_index, n_requests, count, timeout, done, errors):
+def client_worker(url, next_index, n_requests, count, params, timeout, done, errors):
     results: queue.Queue = queue.Queue()
     client = grpcclient.InferenceServerClient(url)
     client.start_stream(callback=lambda result, error: results.put((result, error)))
@@ -126,7 +126,7 @@ def client_worker(url, next_index, n_requests, count, timeout, done, errors):
         i = next(next_index)
         if i >= n_requests:
             break
-        client.async_stream_infer("caller", [inp], request_id=str(i))
+        client.async_stream_infer("caller", [inp], request_id=str(i), parameters=params)
         try:
             result, error = results.get(timeout=timeout)
         except queue.Empty:
@@ -182,7 +182,31 @@ def process_state(pid: int) -> str:
         return "gone"
 
 
-def dump_stacks(server: Server, stubs: dict[str, int | None], out_dir: Path) -> None:
+def gdb_watch(pid: int, path: Path) -> subprocess.Popen:
+    """Keep gdb attached; it prints every thread's stack when the stub receives a
+    fatal signal (crash) or when gdb itself gets SIGINT (used on a stall)."""
+    return subprocess.Popen(
+        ["gdb", "-p", str(pid), "-batch", "-ex", "set pagination off",
+         "-ex", "handle SIGUSR1 SIGPIPE nostop noprint pass", "-ex", "continue",
+         "-ex", "thread apply all bt"],
+        stdout=open(path, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def print_crash(path: Path) -> None:
+    """The thread that got the fatal signal, from the gdb_watch output."""
+    text = path.read_text(errors="replace")
+    sig = re.search(r"Thread (0x[0-9a-f]+) \(LWP (\d+)\) received signal (\w+)", text)
+    if not sig:
+        print(f"  no signal in {path}")
+        return
+    print(f"  gdb: LWP {sig.group(2)} received {sig.group(3)}; its stack:")
+    block = re.search(rf"\nThread \d+ \(Thread {sig.group(1)} .*?(?=\nThread \d+ |\Z)", text, re.S)
+    for fr in [l for l in (block.group(0) if block else "").splitlines() if l.startswith("#")][:16]:
+        print("     " + re.sub(r" \(.*?\) at ", " at ", fr)[:170])
+
+
+def dump_stacks(server: Server, stubs: dict[str, int | None], out_dir: Path,
+                watcher: subprocess.Popen | None = None) -> None:
     pid = stubs["caller"]
     print(f"caller stub pid {pid}, state {process_state(pid)}")
     # Python stacks: faulthandler (registered in caller's initialize) writes to the log.
@@ -196,15 +220,21 @@ def dump_stacks(server: Server, stubs: dict[str, int | None], out_dir: Path) -> 
     if shutil.which("gdb") is None:
         print("gdb not installed: no native stacks (apt-get install gdb)")
         return
-    text = gdb(pid, "thread apply all bt")
     stacks = out_dir / f"gdb_stacks_{pid}.txt"
+    if watcher is not None:  # interrupt the attached gdb: it prints the stacks, detaches
+        os.kill(watcher.pid, signal.SIGINT)
+        watcher.wait(120)
+        text = (out_dir / "gdb_watch.txt").read_text(errors="replace")
+    else:
+        text = gdb(pid, "thread apply all bt")
     stacks.write_text(text)
     print(f"native stacks of all threads: {stacks}")
     # Who owns the mutexes that threads wait for (glibc: __data.__owner at offset 8),
     # and which thread last took the GIL (CPython 3.8-3.11 layout; best effort).
     mutexes = sorted(set(re.findall(r"__lll_lock_wait \(futex=futex@entry=(0x[0-9a-f]+)", text)))
     owners = gdb(pid, *[f"printf \"mutex {m} owner LWP %d\\n\", *(int*)({m}+8)" for m in mutexes],
-                 "printf \"GIL last holder: thread 0x%lx\\n\", "
+                 "printf \"GIL locked=%d, last holder: thread 0x%lx\\n\", "
+                 "_PyRuntime.ceval.gil.locked._value, "
                  "((PyThreadState*)_PyRuntime.ceval.gil.last_holder._value)->thread_id")
     owner_lines = [l for l in owners.splitlines() if l.startswith(("mutex", "GIL"))]
     (out_dir / f"gdb_owners_{pid}.txt").write_text("\n".join(owner_lines) + "\n")
@@ -220,10 +250,14 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--count", type=int, default=20, help="responses per BLS stream")
+    p.add_argument("--empty-responses", action="store_true",
+                   help="target responses carry no tensors (request parameter empty=true)")
     p.add_argument("--stall", type=float, default=20.0, help="seconds without progress = deadlock")
     p.add_argument("--max-seconds", type=float, default=100.0)
     p.add_argument("--tritonserver", help="tritonserver binary (default: on PATH)")
     p.add_argument("--backend-directory")
+    p.add_argument("--gdb-watch", action="store_true",
+                   help="keep gdb attached to the caller stub, to get native stacks of a crash")
     p.add_argument("--out", type=Path, default=Path("/tmp/bls_deadlock"))
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -236,8 +270,11 @@ def main() -> int:
         server.stop()
         raise
     stubs = {m: server.stub_pid(m) for m in ("caller", "target")}
+    watcher = gdb_watch(stubs["caller"], args.out / "gdb_watch.txt") if args.gdb_watch else None
+    time.sleep(2 if watcher else 0)  # let gdb attach
     print(f"tritonserver ready (pid {server.process.pid}, log {log}); sending {args.requests} "
-          f"requests, concurrency {args.concurrency}, {args.count} BLS responses each")
+          f"requests, concurrency {args.concurrency}, {args.count} BLS responses each"
+          + (" (empty)" if args.empty_responses else ""))
     done: list[int] = []
     errors: list[str] = []
     next_index = itertools.count()  # shared by the client threads (next() is atomic)
@@ -248,7 +285,8 @@ def main() -> int:
         for _ in range(args.concurrency):
             threading.Thread(target=client_worker, daemon=True,
                              args=(f"127.0.0.1:{server.grpc}", next_index, args.requests,
-                                   args.count, args.stall + 30, done, errors)).start()
+                                   args.count, {"empty": True} if args.empty_responses else None,
+                                   args.stall + 30, done, errors)).start()
         last_n, last_t = 0, time.monotonic()
         while True:
             time.sleep(1)
@@ -263,6 +301,8 @@ def main() -> int:
                 break
             dead = {m: process_state(pid) for m, pid in stubs.items() if pid
                     if process_state(pid) in ("Z", "gone")}
+            if watcher is not None and watcher.poll() is not None:
+                dead["caller"] = f"fatal signal caught by gdb: {args.out / 'gdb_watch.txt'}"
             if dead:
                 print(f"CRASH at t~{now - start:.0f}s: stub process(es) exited {dead}; "
                       f"completed={n}. From the server log:")
@@ -271,12 +311,14 @@ def main() -> int:
                     if re.search(r"malloc|free\(\)|corrupt|Fatal Python|Segmentation|"
                                  r"Signal|not healthy|terminate", line):
                         print("   ", line[:200])
+                if watcher is not None and watcher.poll() is not None:
+                    print_crash(args.out / "gdb_watch.txt")
                 code = 3
                 break
             if now - last_t >= args.stall:
                 print(f"DEADLOCK: completed={n}/{args.requests}, no completion for "
                       f"{now - last_t:.0f}s (last at t={last_t - start:.1f}s); stubs alive")
-                dump_stacks(server, stubs, args.out)
+                dump_stacks(server, stubs, args.out, watcher)
                 code = 1
                 break
             if now - start >= args.max_seconds:
@@ -285,6 +327,8 @@ def main() -> int:
         for e in errors[:5]:
             print("error:", e)
     finally:
+        if watcher is not None and watcher.poll() is None:
+            watcher.kill()  # gdb exits; the stub is detached
         server.stop()
     print(f"server stopped; log: {log}")
     sys.stdout.flush()

@@ -4,4 +4,4 @@ from tritonchat.triton import OpenAIChatModel
 
 
 class TritonPythonModel(OpenAIChatModel):
-    """OpenAI Chat Completions over BLS streaming to the generation model (see `config.pbtxt`)."""
+    """OpenAI Chat Completions in front of a generation model (see `config.pbtxt` and README)."""

@@ -4,4 +4,4 @@ from tritonchat.triton import OpenAICompletionsModel
 
 
 class TritonPythonModel(OpenAICompletionsModel):
-    """OpenAI (legacy) Completions over the same generation model as `openai_chat`."""
+    """OpenAI (legacy) Completions in front of a generation model (see `config.pbtxt` and README)."""

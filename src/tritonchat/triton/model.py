@@ -28,6 +28,7 @@ from ..service import ChatService, CompletionService, Service
 from ..settings import Settings, flatten_parameters
 from ..transports.base import Transport, pump
 from ..transports.grpc import GrpcTransport
+from ..transports.http import HttpTransport
 from .bls import BlsTransport
 from .sink import INPUT_NAME, OUTPUT_NAME, TritonSink, pb, request_body
 
@@ -69,7 +70,9 @@ class OpenAIModel:
             settings.cancel_check_interval_ms / 1000.0, settings.idle_timeout_s, lanes=settings.responder_threads
         )
         self.transport: Transport
-        if settings.transport == "grpc":
+        if settings.transport == "http":
+            self.transport = HttpTransport(settings.http_url, settings.target_model, settings.target_model_version)
+        elif settings.transport == "grpc":
             self.transport = GrpcTransport(settings.grpc_url, settings.target_model, settings.target_model_version,
                                            settings.grpc_cancel, settings.idle_timeout_s)
         else:
@@ -84,7 +87,7 @@ class OpenAIModel:
             settings.served_model_name,
             settings.request_format,
             settings.target_model,
-            f"gRPC at {settings.grpc_url}" if settings.transport == "grpc" else "BLS",
+            {"http": f"HTTP at {settings.http_url}", "grpc": f"gRPC at {settings.grpc_url}"}.get(settings.transport, "BLS"),
             self.service.limits.context_length,
             settings.tokenizer,
         )

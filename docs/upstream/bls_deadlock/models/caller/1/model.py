@@ -1,10 +1,12 @@
-"""Decoupled model: each request starts a thread that reads a decoupled BLS stream.
+"""Decoupled model: each request starts a thread that reads a decoupled BLS stream
+from "target" and replies with the number of responses it read (TOTAL), then FINAL.
 
 With several requests in flight, one stub process has several threads iterating
 BLS response iterators while other threads start new BLS streams.
 """
 
 import faulthandler
+import json
 import signal
 import threading
 
@@ -32,13 +34,13 @@ class TritonPythonModel:
                 model_name="target",
                 inputs=[pb_utils.Tensor("COUNT", count.astype(np.int32))],
                 requested_output_names=["OUT"],
+                parameters=json.loads(request.parameters() or "{}"),  # e.g. {"empty": true}
             )
             total = 0
             for response in bls.exec(decoupled=True):
                 if response.has_error():
                     raise RuntimeError(response.error().message())
-                if pb_utils.get_output_tensor_by_name(response, "OUT") is not None:
-                    total += 1
+                total += 1
             out = pb_utils.Tensor("TOTAL", np.array([total], dtype=np.int32))
             reply = pb_utils.InferenceResponse(output_tensors=[out])
         except Exception as e:  # report errors to the client instead of stalling it

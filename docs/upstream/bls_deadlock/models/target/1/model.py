@@ -1,5 +1,9 @@
-"""Decoupled model: for each request, stream COUNT responses ~1 ms apart, then FINAL."""
+"""Decoupled model: for each request, stream COUNT responses ~1 ms apart (FINAL on the last).
 
+Request parameter "empty": true -> responses carry no output tensor.
+"""
+
+import json
 import threading
 import time
 
@@ -16,8 +20,9 @@ class TritonPythonModel:
     def _stream(self, request):
         sender = request.get_response_sender()
         count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
+        empty = json.loads(request.parameters() or "{}").get("empty", False)
         for i in range(count):
-            out = pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))
-            sender.send(pb_utils.InferenceResponse(output_tensors=[out]))
+            outputs = [] if empty else [pb_utils.Tensor("OUT", np.array([i], dtype=np.int32))]
+            last = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if i == count - 1 else 0
+            sender.send(pb_utils.InferenceResponse(output_tensors=outputs), flags=last)
             time.sleep(0.001)
-        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)

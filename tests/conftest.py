@@ -1,4 +1,5 @@
-"""Unit-test fixtures: the tiny chat model made at setup, and its tokenizer (no server)."""
+"""Fixtures of unit and integration tests alike: the tiny chat model made at setup, and its
+tokenizer. Integration fixtures (the server) are in tests/integration/conftest.py."""
 
 from __future__ import annotations
 
