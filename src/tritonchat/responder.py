@@ -38,6 +38,12 @@ class Sink(Protocol):
     def is_cancelled(self) -> bool: ...
 
 
+class Observer(Protocol):
+    """Told when a request ends (metrics); called on a responder thread."""
+
+    def request_finished(self, state: RequestState, outcome: str, error: OpenAIError | None) -> None: ...
+
+
 class RequestState:
     """One request as the responder sees it. Only the responder thread changes it."""
 
@@ -50,6 +56,7 @@ class RequestState:
         choices: int = 1,
         name: str = "",
         require_finish_reason: bool = False,
+        arrived: float | None = None,
     ):
         self.builder = builder
         self.sink = sink
@@ -63,6 +70,11 @@ class RequestState:
         self.lane = None  # set by Responder.start
         self.last_activity = 0.0
         self.last_cancel_check = 0.0
+        # When the request arrived, and when its first and latest generated output went out
+        # (time.monotonic), for first-token and per-token latency.
+        self.arrived = time.monotonic() if arrived is None else arrived
+        self.first_output_at: float | None = None
+        self.last_output_at: float | None = None
 
     def add_cancel_hook(self, hook: Callable[[], None]) -> None:
         self.cancel_hooks.append(hook)
@@ -80,8 +92,9 @@ class Responder:
         idle_timeout: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
         lanes: int = 1,
+        observer: Observer | None = None,
     ):
-        self._lanes = [_Lane(cancel_check_interval, idle_timeout, clock, i) for i in range(max(1, lanes))]
+        self._lanes = [_Lane(cancel_check_interval, idle_timeout, clock, i, observer) for i in range(max(1, lanes))]
         self._next = 0
 
     # ---- called from producers (any thread) ----------------------------------------------
@@ -112,7 +125,9 @@ class Responder:
 class _Lane:
     """One sending thread and the requests assigned to it."""
 
-    def __init__(self, cancel_check_interval: float, idle_timeout: float, clock: Callable[[], float], number: int):
+    def __init__(self, cancel_check_interval: float, idle_timeout: float, clock: Callable[[], float], number: int,
+                 observer: Observer | None = None):
+        self.observer = observer
         self.cancel_check_interval = cancel_check_interval
         self.idle_timeout = idle_timeout
         self.clock = clock
@@ -196,6 +211,11 @@ class _Lane:
 
     def _deliver(self, state: RequestState, index: int, output: GenerationOutput) -> None:
         state.last_activity = self.clock()
+        if output.text or output.completion_tokens:
+            now = time.monotonic()
+            if state.first_output_at is None:
+                state.first_output_at = now
+            state.last_output_at = now
         if not state.stream:
             state.builder.add_output(index, output)
             return
@@ -231,7 +251,7 @@ class _Lane:
     def _finish_with_error(self, state: RequestState, error: OpenAIError, outcome: str) -> None:
         if state.done:
             return
-        self._close(state, outcome)
+        self._close(state, outcome, error)
         level = logging.INFO if outcome == "cancelled" else logging.WARNING
         log.log(level, "%s: %s", state.name, error.message)
         for hook in state.cancel_hooks:
@@ -244,10 +264,15 @@ class _Lane:
         except Exception:  # noqa: BLE001
             log.exception("%s: could not send the error response", state.name)
 
-    def _close(self, state: RequestState, outcome: str) -> None:
+    def _close(self, state: RequestState, outcome: str, error: OpenAIError | None = None) -> None:
         state.done = True
         state.outcome = outcome
         self.open.pop(id(state), None)
+        if self.observer is not None:
+            try:
+                self.observer.request_finished(state, outcome, error)
+            except Exception:  # noqa: BLE001  (metrics must never break a request)
+                log.exception("%s: could not record the request's metrics", state.name)
 
     def _check_open_requests(self) -> None:
         now = self.clock()

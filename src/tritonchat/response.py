@@ -157,6 +157,10 @@ class ResponseBuilder:
     def _finish(self, state: ChoiceState) -> str:
         return openai_finish_reason(state.finish_reason)
 
+    def finish_reason(self, index: int) -> str:
+        """Choice `index`'s finish_reason as the response reports it."""
+        return self._finish(self.choices[index])
+
     def usage(self) -> Usage:
         return Usage(self.prompt_tokens, sum(state.completion_tokens for state in self.choices))
 

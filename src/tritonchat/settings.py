@@ -121,6 +121,12 @@ class Settings:
     )
     cancel_check_interval_ms: int = setting(100, "how often a stream checks whether its client went away")
     responder_threads: int = setting(4, "threads that build and send responses (each request stays on one)")
+    max_open_requests: int = setting(
+        256,
+        "requests one instance serves at once (being prepared or streaming, BLS ones also waiting for their "
+        "stream); beyond it a request is refused at once with a 503 `service_unavailable` (0: no limit)",
+    )
+    metrics: bool = setting(True, "report `tritonchat_*` metrics on Triton's metrics endpoint (see [Metrics](#metrics))")
     idle_timeout_s: float = setting(
         600.0, "a generation model silent this long ends the request with a 503 error (0: never)"
     )

@@ -108,6 +108,8 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         trust = {"trust_request_chat_template": "true"} if route.model == "chat_scripted" else {}
         chat_model(route.model, transport=route.transport, **trust, **{**(trt if route.fmt != "vllm" else scripted), **target})
     chat_model("chat_scripted_cancel", transport="grpc", grpc_cancel="true", **scripted)
+    chat_model("chat_metrics", **scripted)  # only test_metrics.py uses it: its counts are exact
+    chat_model("chat_capped", max_open_requests="8", **scripted)
     # Chat templates of other shapes than the tiny model's (see OTHER_TEMPLATES).
     for name, template in OTHER_TEMPLATES.items():
         tokenizer_dir = tokenizer_with_template(tiny_model, tmp_path_factory.mktemp(name) / "tokenizer", template)

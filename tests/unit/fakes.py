@@ -145,6 +145,56 @@ class ResponseIterator:
         self.cancelled.set()
 
 
+class Metric:
+    """Records its updates and the threads that made them (2.51 crashes on concurrent ones)."""
+
+    update_threads: set[int] = set()
+
+    def __init__(self, labels: dict, buckets: list | None):
+        self.labels, self.buckets = labels, buckets
+        self.value = 0.0
+        self.observations: list[float] = []
+
+    def increment(self, value: float) -> None:
+        Metric.update_threads.add(threading.get_ident())
+        self.value += value
+
+    def set(self, value: float) -> None:
+        Metric.update_threads.add(threading.get_ident())
+        self.value = value
+
+    def observe(self, value: float) -> None:
+        assert self.buckets is not None, "observe() needs a histogram"
+        Metric.update_threads.add(threading.get_ident())
+        self.observations.append(value)
+
+
+def metric_family_class():
+    """`pb_utils.MetricFamily`, recording every metric in `MetricFamily.families` by name."""
+
+    class MetricFamily:
+        COUNTER, GAUGE, HISTOGRAM = range(3)
+        families: dict[str, MetricFamily] = {}
+
+        def __init__(self, name: str, description: str, kind: int):
+            self.name, self.description, self.kind = name, description, kind
+            self.metrics: list[Metric] = []
+            MetricFamily.families[name] = self
+
+        def Metric(self, labels=None, buckets=None):  # noqa: N802  (pb_utils' name)
+            assert (buckets is not None) == (self.kind == self.HISTOGRAM)
+            metric = Metric(dict(labels or {}), buckets)
+            self.metrics.append(metric)
+            return metric
+
+        @classmethod
+        def value(cls, name: str, **labels) -> float | list[float]:
+            [metric] = [m for m in cls.families[name].metrics if all(m.labels.get(k) == v for k, v in labels.items())]
+            return metric.observations if metric.buckets is not None else metric.value
+
+    return MetricFamily
+
+
 def make_pb_utils(bls_script):
     """A `triton_python_backend_utils` module; `bls_script(request)` gives each BLS call's
     ResponseIterator (and may record the request)."""
@@ -154,6 +204,7 @@ def make_pb_utils(bls_script):
     module.InferenceResponse = InferenceResponse
     module.TRITONSERVER_RESPONSE_COMPLETE_FINAL = FINAL
     module.TritonModelException = type("TritonModelException", (Exception,), {})
+    module.MetricFamily = metric_family_class()
 
     def get_input_tensor_by_name(request, name):
         return request.tensors.get(name)

@@ -285,3 +285,42 @@ def test_a_silent_bls_stream_does_not_hold_its_instance_for_good(stub_factory):
         assert after.sender.payloads()[0]["choices"][0]["message"]["content"] == "next"
     finally:
         unblock.set()
+
+
+def test_metrics_count_requests_tokens_and_latency(stub_factory):
+    fakes.Metric.update_threads.clear()
+    stub = stub_factory(hello)
+    stub.execute(fakes.Request(chat(stream=True)), fakes.Request(chat()), fakes.Request("{not json"))
+    time.sleep(0.1)  # the FINAL is sent just before the request is recorded
+    family = sys.modules["triton_python_backend_utils"].MetricFamily
+    model = {"model": "openai_chat"}
+    assert family.value("tritonchat_requests_total", outcome="completed", reason="stop", **model) == 2
+    assert family.value("tritonchat_requests_total", outcome="error", reason="invalid_request_error", **model) == 1
+    assert family.value("tritonchat_prompt_tokens_total", **model) == 14
+    assert family.value("tritonchat_completion_tokens_total", **model) == 4
+    assert family.value("tritonchat_requests_in_flight", **model) == 0
+    ttft = family.value("tritonchat_time_to_first_token_seconds", **model)
+    assert len(ttft) == 2 and all(0 < t < 5 for t in ttft)
+    assert len(family.value("tritonchat_time_per_output_token_seconds", **model)) == 2
+    assert fakes.Metric.update_threads == {stub.model._loop_thread.ident}  # one thread: see triton/metrics.py
+
+
+def test_an_instance_at_its_limit_refuses_at_once(stub_factory):
+    """max_open_requests: beyond it a request gets a 503 right away, the others are served."""
+    stub = stub_factory(lambda _kwargs, _index: fakes.ResponseIterator([vllm_response("x", "stop")], delay=0.3),
+                        max_open_requests="2", transport="bls")
+    requests = [fakes.Request(chat()) for _ in range(4)]
+    started = time.monotonic()
+    assert stub.model.execute(requests) is None
+    time.sleep(0.05)
+    refused = [r for r in requests if r.sender.final.is_set()]
+    assert len(refused) == 2 and time.monotonic() - started < 0.2
+    for request in refused:
+        [error] = request.sender.errors()
+        assert error.code() == fakes.TritonError.UNAVAILABLE and "max_open_requests" in error.message()
+    for request in requests:
+        assert request.sender.final.wait(5)
+    assert sum(1 for r in requests if not r.sender.errors()) == 2
+    again = fakes.Request(chat())
+    stub.execute(again)
+    assert not again.sender.errors()  # the served requests gave their places back

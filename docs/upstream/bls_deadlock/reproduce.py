@@ -1,22 +1,27 @@
 """Reproducer: Python backend stub deadlock with concurrent decoupled BLS streams.
 
-Starts tritonserver with ./models, sends REQUESTS requests to the decoupled model
-`caller` over gRPC streams from CONCURRENCY client threads, and watches progress.
-Each `caller` request starts a thread in the stub that reads a decoupled BLS stream
-from `target` (COUNT responses, ~1 ms apart).
+Starts tritonserver with ./models and sends REQUESTS requests to the decoupled model
+`caller` over gRPC streams from CONCURRENCY client threads. Each `caller` request
+starts a thread in the stub that reads a decoupled BLS stream from `target` (COUNT
+responses ~1 ms apart), doing sum(range(SPIN)) of pure-Python work per response
+(standing in for e.g. detokenization), then replies with the count.
 
-If no request completes for STALL seconds, prints DEADLOCK, dumps the `caller`
-stub's Python stacks (SIGUSR1 -> faulthandler, into the server log) and native
-stacks (gdb, if installed), stops the server and exits 1. Exits 0 when all
-requests complete, 3 if a stub process died (crash), 2 if --max-seconds ran out
-while requests were still progressing.
+Outcome (exit code):
+  0  all requests completed
+  1  DEADLOCK: no completion for STALL seconds while the stubs are alive; prints the
+     caller stub's thread summary (gdb, if installed: native stacks, owners of the
+     mutexes waited for, GIL holder) and its Python stacks (faulthandler, server log)
+  3  CRASH: a stub process died (with --tensors on 24.10 this happens often, see README)
+  2  --max-seconds ran out while requests were still completing
+The server (and its stubs) are stopped in every case.
 
-Usage (inside an NGC tritonserver container, `tritonserver` on PATH):
+Usage (NGC tritonserver container, `tritonserver` on PATH; gdb optional):
     pip install tritonclient[grpc]
-    python reproduce.py --concurrency 16
-Outside a container, pass --tritonserver /path/to/bin/tritonserver (and
---backend-directory if needed). In the repository this was written in,
-tools/tritonlocal.py (pytriton's Triton 2.51) provides the server when present.
+    python reproduce.py                 # 16 concurrent requests
+    python reproduce.py --concurrency 1 # one BLS stream at a time: completes
+Outside a container pass --tritonserver /path/to/tritonserver [--backend-directory DIR].
+In the repository this was written in, tools/tritonlocal.py (pytriton's Triton 2.51)
+provides the server when present.
 """
 
 from __future__ import annotations
@@ -122,22 +127,19 @@ def client_worker(url, next_index, n_requests, count, params, timeout, done, err
     client.start_stream(callback=lambda result, error: results.put((result, error)))
     inp = grpcclient.InferInput("COUNT", [1], "INT32")
     inp.set_data_from_numpy(np.array([count], dtype=np.int32))
-    while True:
-        i = next(next_index)
-        if i >= n_requests:
-            break
-        client.async_stream_infer("caller", [inp], request_id=str(i), parameters=params)
-        try:
+    try:
+        while (i := next(next_index)) < n_requests:
+            client.async_stream_infer("caller", [inp], request_id=str(i), parameters=params)
             result, error = results.get(timeout=timeout)
-        except queue.Empty:
-            return  # stalled: the main thread reports it
-        if error is not None:
-            errors.append(f"request {i}: {error}")
-        elif int(result.as_numpy("TOTAL")[0]) != count:
-            errors.append(f"request {i}: TOTAL={result.as_numpy('TOTAL')[0]}, expected {count}")
-        else:
-            done.append(i)
-    client.stop_stream()
+            if error is not None:
+                errors.append(f"request {i}: {error}")
+            elif int(result.as_numpy("TOTAL")[0]) != count:
+                errors.append(f"request {i}: TOTAL={result.as_numpy('TOTAL')[0]}, expected {count}")
+            else:
+                done.append(i)
+        client.stop_stream()
+    except Exception:  # stalled (queue.Empty) or server stopped: the main thread reports
+        pass
 
 
 def gdb(pid: int, *commands: str) -> str:
@@ -147,7 +149,7 @@ def gdb(pid: int, *commands: str) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
 
 
-def summarize(text: str, python_lines: dict[str, str]) -> list[tuple[str, str]]:
+def summarize(text: str, python_lines: dict[int, str]) -> list[tuple[str, str]]:
     """One line per thread: what it waits for, and the Triton frames above the wait."""
     rows = []
     for block in re.split(r"\n(?=Thread \d+ )", text):
@@ -171,7 +173,8 @@ def summarize(text: str, python_lines: dict[str, str]) -> list[tuple[str, str]]:
             calls.append("exec() binding")
         py = python_lines.get(int(head.group(2), 16))
         where = " <- ".join(calls[:4]) + (f" <- {py}" if py else "")
-        rows.append((f"Thread {head.group(1)} (LWP {head.group(3)})", f"{wait}" + (f": {where}" if where else "")))
+        rows.append((f"Thread {head.group(1)} (LWP {head.group(3)})",
+                     wait + (f": {where}" if where else "")))
     return rows
 
 
@@ -195,12 +198,12 @@ def gdb_watch(pid: int, path: Path) -> subprocess.Popen:
 def print_crash(path: Path) -> None:
     """The thread that got the fatal signal, from the gdb_watch output."""
     text = path.read_text(errors="replace")
-    sig = re.search(r"Thread (0x[0-9a-f]+) \(LWP (\d+)\) received signal (\w+)", text)
+    sig = re.search(r"\nThread (\d+) \"[^\"]*\" received signal (\w+)", text)
     if not sig:
         print(f"  no signal in {path}")
         return
-    print(f"  gdb: LWP {sig.group(2)} received {sig.group(3)}; its stack:")
-    block = re.search(rf"\nThread \d+ \(Thread {sig.group(1)} .*?(?=\nThread \d+ |\Z)", text, re.S)
+    print(f"  gdb: thread {sig.group(1)} received {sig.group(2)}; its stack:")
+    block = re.search(rf"\nThread {sig.group(1)} \(Thread .*?(?=\nThread \d+ \(|\Z)", text, re.S)
     for fr in [l for l in (block.group(0) if block else "").splitlines() if l.startswith("#")][:16]:
         print("     " + re.sub(r" \(.*?\) at ", " at ", fr)[:170])
 
@@ -250,8 +253,10 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=2000)
     p.add_argument("--concurrency", type=int, default=16)
     p.add_argument("--count", type=int, default=20, help="responses per BLS stream")
-    p.add_argument("--empty-responses", action="store_true",
-                   help="target responses carry no tensors (request parameter empty=true)")
+    p.add_argument("--tensors", action="store_true",
+                   help="target responses carry an OUT tensor (default: no tensors)")
+    p.add_argument("--spin", type=int, default=20000,
+                   help="caller runs sum(range(SPIN)) in Python after each BLS response")
     p.add_argument("--stall", type=float, default=20.0, help="seconds without progress = deadlock")
     p.add_argument("--max-seconds", type=float, default=100.0)
     p.add_argument("--tritonserver", help="tritonserver binary (default: on PATH)")
@@ -274,7 +279,7 @@ def main() -> int:
     time.sleep(2 if watcher else 0)  # let gdb attach
     print(f"tritonserver ready (pid {server.process.pid}, log {log}); sending {args.requests} "
           f"requests, concurrency {args.concurrency}, {args.count} BLS responses each"
-          + (" (empty)" if args.empty_responses else ""))
+          + (" with tensors" if args.tensors else " without tensors") + f", spin {args.spin}")
     done: list[int] = []
     errors: list[str] = []
     next_index = itertools.count()  # shared by the client threads (next() is atomic)
@@ -285,7 +290,7 @@ def main() -> int:
         for _ in range(args.concurrency):
             threading.Thread(target=client_worker, daemon=True,
                              args=(f"127.0.0.1:{server.grpc}", next_index, args.requests,
-                                   args.count, {"empty": True} if args.empty_responses else None,
+                                   args.count, {"empty": not args.tensors, "spin": args.spin},
                                    args.stall + 30, done, errors)).start()
         last_n, last_t = 0, time.monotonic()
         while True:
@@ -299,8 +304,8 @@ def main() -> int:
                 print(f"OK: {n} requests completed in {now - start:.1f}s")
                 code = 0
                 break
-            dead = {m: process_state(pid) for m, pid in stubs.items() if pid
-                    if process_state(pid) in ("Z", "gone")}
+            dead = {m: state for m, pid in stubs.items()
+                    if pid and (state := process_state(pid)) in ("Z", "gone")}
             if watcher is not None and watcher.poll() is not None:
                 dead["caller"] = f"fatal signal caught by gdb: {args.out / 'gdb_watch.txt'}"
             if dead:

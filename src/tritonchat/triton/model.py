@@ -20,9 +20,10 @@ import locale
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
-from ..errors import InternalError, OpenAIError
+from ..errors import InternalError, OpenAIError, UnavailableError
 from ..responder import RequestState, Responder
 from ..service import ChatService, CompletionService, Service
 from ..settings import Settings, flatten_parameters
@@ -30,6 +31,7 @@ from ..transports.base import Transport, pump
 from ..transports.grpc import GrpcTransport
 from ..transports.http import HttpTransport
 from .bls import BlsTransport
+from .metrics import TritonMetrics
 from .sink import INPUT_NAME, OUTPUT_NAME, TritonSink, pb, request_body
 
 log = logging.getLogger("tritonchat")
@@ -66,9 +68,17 @@ class OpenAIModel:
         settings = Settings.from_parameters(flatten_parameters(model_config), args.get("model_repository"))
         self.service = self.service_class(settings)
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-prepare")
+        self.loop = asyncio.new_event_loop()
+        self.metrics = TritonMetrics(self.model_name, self.loop) if settings.metrics else None
         self.responder = Responder(
-            settings.cancel_check_interval_ms / 1000.0, settings.idle_timeout_s, lanes=settings.responder_threads
+            settings.cancel_check_interval_ms / 1000.0,
+            settings.idle_timeout_s,
+            lanes=settings.responder_threads,
+            observer=self.metrics,
         )
+        self.max_open = settings.max_open_requests
+        self._open = 0  # requests between execute and their FINAL response
+        self._open_lock = threading.Lock()
         self.transport: Transport
         if settings.transport == "http":
             self.transport = HttpTransport(settings.http_url, settings.target_model, settings.target_model_version)
@@ -78,7 +88,6 @@ class OpenAIModel:
         else:
             self.transport = BlsTransport(settings.target_model, settings.target_model_version, settings.idle_timeout_s)
         self._tasks: set[asyncio.Task] = set()
-        self.loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="chat-loop")
         self._loop_thread.start()
         log.info(
@@ -93,9 +102,26 @@ class OpenAIModel:
         )
 
     def execute(self, requests):
+        arrived = time.monotonic()
         for request in requests:
-            self.loop.call_soon_threadsafe(self._spawn, self._handle(request))
+            sink = TritonSink(request, on_close=self._closed)
+            with self._open_lock:
+                full = bool(self.max_open) and self._open >= self.max_open
+                self._open += 1
+            if full:
+                # Refused at once: an overloaded instance answers in milliseconds instead of
+                # queueing without bound. (Sent from the event loop: an error sent from inside
+                # `execute` reached 2.51's generate_stream clients as a broken chunked response.)
+                error = UnavailableError(
+                    f"This model is serving {self.max_open} requests, its limit (max_open_requests); try again.")
+                self.loop.call_soon_threadsafe(self._fail, sink, error)
+                continue
+            self.loop.call_soon_threadsafe(self._spawn, self._handle(request, sink, arrived))
         return None
+
+    def _closed(self) -> None:
+        with self._open_lock:
+            self._open -= 1
 
     def _spawn(self, coroutine) -> None:
         """On the loop: run `coroutine` as a task held until it ends."""
@@ -103,24 +129,27 @@ class OpenAIModel:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, request) -> None:
-        sink = TritonSink(request)
+    async def _handle(self, request, sink: TritonSink, arrived: float) -> None:
         try:
-            await self._start(request, sink)
+            await self._start(request, sink, arrived)
         except OpenAIError as error:
             self._fail(sink, error)
         except Exception as exc:  # noqa: BLE001  (a request must never end without FINAL)
             log.exception("request failed")
             self._fail(sink, InternalError(f"Internal error: {exc}"))
 
-    @staticmethod
-    def _fail(sink: TritonSink, error: OpenAIError) -> None:
+    def _fail(self, sink: TritonSink, error: OpenAIError) -> None:
+        """A request that ends before the responder took it (refused, or failed to start)."""
+        if sink.closed:
+            return
+        if self.metrics is not None:
+            self.metrics.request_refused(error)
         try:
             sink.send_error(error)
         except Exception:  # noqa: BLE001
             log.exception("could not send the error response")
 
-    async def _start(self, request, sink: TritonSink) -> None:
+    async def _start(self, request, sink: TritonSink, arrived: float) -> None:
         body = request_body(request)
         loop = asyncio.get_running_loop()
         prepared = await loop.run_in_executor(self.pool, self.service.prepare, body, request.request_id())
@@ -138,7 +167,10 @@ class OpenAIModel:
             stream=prepared.stream,
             choices=len(prepared.calls),
             require_finish_reason=self.service.format.reports_finish_reason,
+            arrived=arrived,
         )
+        if self.metrics is not None:
+            self.metrics.request_started()
         for stream in opened:
             state.add_cancel_hook(stream.cancel_hook())
         self.responder.start(state)

@@ -45,11 +45,17 @@ def request_body(request) -> bytes:
 class TritonSink:
     """Sends one request's payloads through its Triton response sender; FINAL exactly once."""
 
-    def __init__(self, request):
+    def __init__(self, request, on_close=None):
         self._pb = pb()
         self._request = request
         self._sender = request.get_response_sender()
+        self._on_close = on_close  # called once, when the FINAL response is sent
         self.closed = False
+
+    def _close(self) -> None:
+        self.closed = True
+        if self._on_close is not None:
+            self._on_close()
 
     def send(self, payload: str, final: bool) -> None:
         utils = self._pb
@@ -59,13 +65,13 @@ class TritonSink:
             flags=utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0,
         )
         if final:
-            self.closed = True
+            self._close()
 
     def send_error(self, error: OpenAIError) -> None:
         if self.closed:
             return
         utils = self._pb
-        self.closed = True
+        self._close()
         self._sender.send(
             utils.InferenceResponse(output_tensors=[], error=triton_error(error)),
             flags=utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,

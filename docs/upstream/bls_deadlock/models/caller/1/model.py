@@ -30,17 +30,19 @@ class TritonPythonModel:
         sender = request.get_response_sender()
         try:
             count = pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()
+            params = json.loads(request.parameters() or "{}")  # {"empty": bool, "spin": int}
             bls = pb_utils.InferenceRequest(
                 model_name="target",
                 inputs=[pb_utils.Tensor("COUNT", count.astype(np.int32))],
                 requested_output_names=["OUT"],
-                parameters=json.loads(request.parameters() or "{}"),  # e.g. {"empty": true}
+                parameters=params,
             )
             total = 0
             for response in bls.exec(decoupled=True):
                 if response.has_error():
                     raise RuntimeError(response.error().message())
                 total += 1
+                sum(range(int(params.get("spin", 0))))  # optional pure-Python work (GIL load)
             out = pb_utils.Tensor("TOTAL", np.array([total], dtype=np.int32))
             reply = pb_utils.InferenceResponse(output_tensors=[out])
         except Exception as e:  # report errors to the client instead of stalling it
