@@ -29,7 +29,7 @@ from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
 from .response import ChatResponseBuilder, CompletionResponseBuilder, ResponseBuilder
 from .settings import Settings
-from .template import Prompt, PromptRenderer, load_tokenizer
+from .template import Prompt, PromptRenderer, load_tokenizer, private_names
 from .tokens import TokenBytes
 from .tool_choice import plan_tools, prompt_opens_reasoning
 
@@ -91,6 +91,11 @@ class Service:
 
     def prepare(self, body: str | bytes, request_id: str = "") -> PreparedRequest:
         """Parse, check, render and plan one request; raises `OpenAIError` for what is refused."""
+        if len(body) > self.settings.max_request_bytes:
+            raise BadRequestError(
+                f"The request body has {len(body)} bytes; this server takes at most "
+                f"{self.settings.max_request_bytes} (max_request_bytes)."
+            )
         request = self.parse(body)
         asked = self.check_policy(request)
         prompt = self.render(request)
@@ -125,10 +130,17 @@ class Service:
         (404), what its configuration does not allow, what the generation model cannot do (400
         naming the field). Returns what every generation asks for."""
         lora_name = self.names.resolve(request.model)
+        self.check_limits(request)
         if isinstance(request, ChatCompletionRequest):
             if request.chat_template is not None and not self.settings.trust_request_chat_template:
                 raise BadRequestError(
                     "A per-request 'chat_template' is not allowed by this server (see its 'trust_request_chat_template').",
+                    param="chat_template",
+                )
+            if request.chat_template is not None and private_names(request.chat_template):
+                raise BadRequestError(
+                    f"The chat template reaches for {private_names(request.chat_template)[0]!r}; templates may not use "
+                    "names starting with '_'.",
                     param="chat_template",
                 )
             if request.effective_tool_choice == "auto" and not self.settings.tool_call_parser:
@@ -140,6 +152,30 @@ class Service:
         asked = requested_generation(request, lora_name)
         self.format.check(asked)
         return asked
+
+    def check_limits(self, request) -> None:
+        """The server's caps (settings `max_*`), each a 400 naming the field and the cap."""
+        settings = self.settings
+        chat = isinstance(request, ChatCompletionRequest)
+        budget_param = "max_completion_tokens" if getattr(request, "max_completion_tokens", None) else "max_tokens"
+        caps = [
+            ("n", request.choices, settings.max_n, "max_n", "choices"),
+            (budget_param, request.requested_max_tokens or 0, settings.max_completion_tokens_limit,
+             "max_completion_tokens_limit", "tokens"),
+            ("logit_bias", len(request.logit_bias or {}), settings.max_logit_bias, "max_logit_bias", "entries"),
+            ("messages" if chat else "prompt", content_chars(request), settings.max_content_chars,
+             "max_content_chars", "characters"),
+        ]
+        if chat:
+            caps += [
+                ("messages", len(request.messages), settings.max_messages, "max_messages", "messages"),
+                ("tools", len(request.tools or []), settings.max_tools, "max_tools", "tools"),
+            ]
+        for param, value, cap, name, unit in caps:
+            if cap and value > cap:
+                raise BadRequestError(
+                    f"'{param}' asks for {value} {unit}; this server allows at most {cap} ({name}).", param=param
+                )
 
     # What the chat and completions services do differently.
     builder_class: type[ResponseBuilder] = ResponseBuilder
@@ -196,6 +232,20 @@ class CompletionService(Service):
 
     def reading(self, request: CompletionRequest, prompt: Prompt):
         return {"echo_text": request.prompt if request.echo else ""}, None, None
+
+
+def content_chars(request) -> int:
+    """Characters of all message contents (chat) or of the prompt (completions)."""
+    if isinstance(request, CompletionRequest):
+        return len(request.prompt) if isinstance(request.prompt, str) else 0
+    total = 0
+    for message in request.messages:
+        content = message.content
+        if isinstance(content, str):
+            total += len(content)
+        elif content:
+            total += sum(len(part.text) for part in content)
+    return total
 
 
 def context_length(tokenizer_path: str, tokenizer) -> int:

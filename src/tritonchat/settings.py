@@ -126,6 +126,17 @@ class Settings:
         "requests one instance serves at once (being prepared or streaming, BLS ones also waiting for their "
         "stream); beyond it a request is refused at once with a 503 `service_unavailable` (0: no limit)",
     )
+    max_request_bytes: int = setting(16 * 1024 * 1024, "largest request body in bytes (a larger one: 400)")
+    max_messages: int = setting(2048, "most `messages` in a chat request")
+    max_content_chars: int = setting(
+        2_000_000, "most characters in all message contents (chat) or the prompt (completions) together"
+    )
+    max_n: int = setting(16, "most choices (`n`) a request may ask for (each is one generation)")
+    max_completion_tokens_limit: int = setting(
+        0, "largest `max_tokens` / `max_completion_tokens` a request may ask for (0: what fits in the context)"
+    )
+    max_tools: int = setting(128, "most `tools` in a request")
+    max_logit_bias: int = setting(300, "most `logit_bias` entries")
     metrics: bool = setting(True, "report `tritonchat_*` metrics on Triton's metrics endpoint (see [Metrics](#metrics))")
     idle_timeout_s: float = setting(
         600.0, "a generation model silent this long ends the request with a 503 error (0: never)"

@@ -62,6 +62,20 @@ def template_iterates_content(template: str) -> bool:
     return False
 
 
+def private_names(template: str) -> list[str]:
+    """Attributes and keys starting with "_" that a template reaches for (`__class__`,
+    `__globals__`, ...): the way out of a sandbox. Jinja's sandbox renders them as nothing; a
+    request's own template that tries is refused instead."""
+    try:
+        ast = jinja2.Environment().parse(template)
+    except jinja2.TemplateSyntaxError:
+        return []  # rendering reports it
+    names = [node.attr for node in ast.find_all(jinja2.nodes.Getattr) if node.attr.startswith("_")]
+    names += [node.arg.value for node in ast.find_all(jinja2.nodes.Getitem)
+              if isinstance(node.arg, jinja2.nodes.Const) and str(node.arg.value).startswith("_")]
+    return names
+
+
 def _text(content: str | list[TextPart] | None) -> str:
     """Content for templates that take a string. No content (an assistant turn that only calls
     tools) is "", as vLLM renders it: such templates concatenate it."""

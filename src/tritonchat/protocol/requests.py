@@ -218,12 +218,16 @@ def parse_request(body: str | bytes, model: type[_GenerationFields]):
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequestError(f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequestError("The request body is nested too deeply.") from None
     if not isinstance(data, dict):
         raise BadRequestError("The request body must be a JSON object.")
     try:
         request = model.model_validate(data)
     except ValidationError as exc:
         raise validation_error(exc) from None
+    except RecursionError:
+        raise BadRequestError("The request body is nested too deeply.") from None
     if log.isEnabledFor(logging.DEBUG):
         unknown = sorted(set(data) - set(model.model_fields))
         if unknown:
@@ -267,6 +271,12 @@ def _param_path(loc: tuple) -> str:
     return path
 
 
+def _short(value, limit: int = 80) -> str:
+    """A client's value as an error message may repeat it: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def validation_error(exc: ValidationError) -> BadRequestError:
     """One 400 for a pydantic failure, naming the most specific field that failed."""
     errors = [(err, _param_path(err["loc"])) for err in exc.errors(include_url=False)]
@@ -282,7 +292,7 @@ def validation_error(exc: ValidationError) -> BadRequestError:
         if err["type"] == "missing":
             msg = "this field is required"
         elif err["type"] == "literal_error":
-            msg = f"{msg}, got {err['input']!r}"
+            msg = f"{msg}, got {_short(err['input'])}"
         if msg not in reasons:
             reasons.append(msg)
     where = chosen or "request"
