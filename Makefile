@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 ENV_STAMP := $(VENV)/.ready-$(shell cat requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh | sha1sum | cut -c1-12)
 TINY_MODEL := build/tiny-chat
 
-.PHONY: setup serve test unit bench clean
+.PHONY: setup serve test unit bench fuzz soak clean
 
 setup: $(ENV_STAMP) $(TINY_MODEL)/.complete
 
@@ -33,6 +33,13 @@ unit: setup
 
 bench: setup
 	$(PY) tools/bench.py $(BENCH_ARGS)
+
+# The long reliability runs (docs/reliability.md): 10,000 fuzzed requests, a 20,000-request soak.
+fuzz: setup
+	$(PY) tools/fuzz.py $(FUZZ_ARGS)
+
+soak: setup
+	$(PY) tools/soak.py $(SOAK_ARGS)
 
 clean:
 	rm -rf build

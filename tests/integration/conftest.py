@@ -133,6 +133,8 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         # Keeps JSON from a random model compact (no whitespace loops) so it finishes.
         structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
     )
+    vllm_config = repo / "vllm_model" / "config.pbtxt"
+    vllm_config.write_text(set_parameter(vllm_config.read_text(), "REPORT_CUSTOM_METRICS", "true"))
     for transport, suffix in TRANSPORTS.items():
         chat_model("openai_chat" + suffix, transport=transport, lora_separator=":")
     chat_model("openai_completions", source="openai_completions", lora_separator=":")

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +74,55 @@ def test_normal_traffic_logs_no_error(triton, server_log, model):
         new_lines = log.read().decode(errors="replace").splitlines()
     errors = [line for line in new_lines if line.startswith("E") or "Traceback" in line or ":ERROR:" in line]
     assert errors == []
+
+
+def _stub_of(triton, model: str) -> int:
+    marker = f"{triton.model_repository}/{model}/1/model.py"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    return int(entry.name)
+            except OSError:
+                continue
+    raise AssertionError(f"no stub for {model}")
+
+
+def _threads_and_fds(pid: int) -> tuple[int, int]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+    return threads, len(list(Path(f"/proc/{pid}/fd").iterdir()))
+
+
+def _metric(triton, name: str, model: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{triton.metrics_port}/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + "{") and f'model="{model}"' in line:
+                return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} for {model}")
+
+
+def test_a_storm_on_the_engine_cancels_its_work_and_leaks_nothing(triton):
+    """Dropped streams on the real vLLM engine (default HTTP transport): the engine's running
+    requests are back to 0 within a second of the storm's end, and the openai_chat stub holds no
+    more threads or open files after a second storm than after the first."""
+    body = json.dumps({"request": json.dumps({
+        "messages": [{"role": "user", "content": "Tell me a long story."}], "stream": True,
+        "max_completion_tokens": 64, "ignore_eos": True})}).encode()
+    stub = _stub_of(triton, "openai_chat")
+    counts = []
+    for seed in (21, 22):
+        result = asyncio.run(storm(triton.http_url, "openai_chat", streams=200, concurrency=32, max_tokens=64,
+                                   max_events=10, complete_fraction=0.0, seed=seed, timeout=120, body=body))
+        assert set(result["outcomes"]) <= {"dropped", "completed"}, result
+        ended = time.monotonic()
+        while _metric(triton, "vllm:num_requests_running", "vllm_model") > 0 and time.monotonic() - ended < 5:
+            time.sleep(0.05)
+        assert _metric(triton, "vllm:num_requests_running", "vllm_model") == 0
+        assert time.monotonic() - ended < 1.0, "the engine still ran requests a second after the storm"
+        while _metric(triton, "tritonchat_requests_in_flight", "openai_chat") > 0 and time.monotonic() - ended < 5:
+            time.sleep(0.05)
+        assert _metric(triton, "tritonchat_requests_in_flight", "openai_chat") == 0
+        counts.append(_threads_and_fds(stub))
+    (threads_a, fds_a), (threads_b, fds_b) = counts
+    assert threads_b <= threads_a + 1 and fds_b <= fds_a + 4, counts

@@ -30,8 +30,10 @@ cancellation also aborts the request in the engine.
 
 Differences from the real backend:
 - Not provided: the `image` input (multimodal prompts), the `embedding_request` input
-  (reserved for Triton's OpenAI frontend), the `REPORT_CUSTOM_METRICS` metrics bridge and
-  the `GPU_DEVICE_IDS` parameter. `ENABLE_VLLM_HEALTH_CHECK` is implemented.
+  (reserved for Triton's OpenAI frontend) and the `GPU_DEVICE_IDS` parameter; of the
+  `REPORT_CUSTOM_METRICS` metrics bridge only the `vllm:num_requests_running` gauge (labels
+  `model`, `version`), kept by this backend's own count of running requests.
+  `ENABLE_VLLM_HEALTH_CHECK` is implemented.
 - Invalid sampling parameters report their actual cause (see `build_sampling_params`).
 - All responses go through the response thread, also the non-streaming and error ones
   (the real backend sends those from the event loop); the order per request is the same.
@@ -398,8 +400,15 @@ class TritonPythonModel:
 
         self.health_check_enabled = self._bool_config_parameter("ENABLE_VLLM_HEALTH_CHECK")
         self.healthy = True
+        self.running_metric = None
         if self._bool_config_parameter("REPORT_CUSTOM_METRICS"):
-            self.logger.log_warn("[vllm] REPORT_CUSTOM_METRICS is not supported by this local backend; ignored")
+            # Updated only on the engine's event loop: metric updates from several threads at
+            # once crash Triton 2.51's Python backend.
+            self.metric_family = pb_utils.MetricFamily(
+                "vllm:num_requests_running", "Number of requests currently running on GPU.",
+                pb_utils.MetricFamily.GAUGE)
+            self.running_metric = self.metric_family.Metric(
+                labels={"model": args["model_name"], "version": args["model_version"]})
 
         self.shutting_down = False
         self.tasks: set[asyncio.Task] = set()
@@ -591,6 +600,7 @@ class TritonPythonModel:
         """Run one request on the engine and queue its responses (runs on the engine loop)."""
         task = asyncio.current_task()
         self.tasks.add(task)
+        self._report_running()
         state = SenderState(request.get_response_sender())
         try:
             await self._generate_responses(request, state)
@@ -602,6 +612,11 @@ class TritonPythonModel:
             self._queue_final(state, self._error_response(f"Error generating stream: {exc}"))
         finally:
             self.tasks.discard(task)
+            self._report_running()
+
+    def _report_running(self) -> None:
+        if self.running_metric is not None:
+            self.running_metric.set(len(self.tasks))
 
     async def _generate_responses(self, request, state: SenderState) -> None:
         if "generate" not in self.supported_tasks:
