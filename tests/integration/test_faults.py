@@ -1,0 +1,115 @@
+"""Faults of the generation model, on a server of their own (explicit model control): unloaded,
+its stub killed with SIGKILL. The client gets an OpenAI error and the end of its stream within a
+bound, `openai_chat` stays healthy, and once the model is back the next request succeeds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ChatClient, script, user
+from tools.repositories import add_chat_model, add_test_model
+from tools.tritonlocal import TritonServer, free_port
+
+pytestmark = pytest.mark.integration
+
+TRANSPORTS = ("http", "grpc", "bls")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_model):
+    repo = tmp_path_factory.mktemp("faults_repository")
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    add_test_model(repo, "scripted_vllm")
+    for transport in TRANSPORTS:
+        add_chat_model(repo, f"chat_{transport}", transport=transport, target_model="scripted_vllm",
+                       tokenizer=str(tiny_model), served_model_name="scripted", idle_timeout_s="3",
+                       http_url=f"127.0.0.1:{http_port}", grpc_url=f"127.0.0.1:{grpc_port}")
+    log = tmp_path_factory.getbasetemp() / "faults-tritonserver.log"
+    triton = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log,
+                          extra_args=["--model-control-mode=explicit", "--load-model=*"])
+    triton.start()
+    try:
+        triton.wait_ready(timeout=300)
+        yield triton
+    finally:
+        triton.stop()
+
+
+def repository(server, model: str, action: str) -> None:
+    request = urllib.request.Request(f"http://{server.http_url}/v2/repository/models/{model}/{action}", data=b"{}",
+                                     method="POST")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        assert response.status == 200
+
+
+def ok(client: ChatClient) -> bool:
+    status, body = client.create(user(script(chunks=["fine"])))
+    return status == 200 and body["choices"][0]["message"]["content"] == "fine"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_an_unloaded_generation_model_is_a_503_until_it_is_back(server, transport):
+    client = ChatClient(server.http_url, f"chat_{transport}")
+    assert ok(client)
+    repository(server, "scripted_vllm", "unload")
+    try:
+        for stream in (False, True):
+            started = time.monotonic()
+            if stream:
+                error = client.stream({**user("hi"), "stream": True}).error
+            else:
+                _status, error = client.create(user("hi"))
+            assert time.monotonic() - started < 5
+            assert error["error"]["code"] == "service_unavailable", error
+    finally:
+        repository(server, "scripted_vllm", "load")
+    assert ok(client)
+
+
+def stub_pid(server, model: str) -> int:
+    marker = f"{server.model_repository}/{model}/1/model.py"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    return int(entry.name)
+            except OSError:
+                continue
+    raise AssertionError(f"no stub for {model}")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_killed_generation_model_ends_the_stream_with_an_error(server, transport):
+    client = ChatClient(server.http_url, f"chat_{transport}")
+    assert ok(client)
+    request = {**user(script(chunks=["x"] * 200, interval_ms=20)), "stream": True}
+    result: dict = {}
+
+    def run():
+        started = time.monotonic()
+        result["stream"] = client.stream(request)
+        result["seconds"] = time.monotonic() - started
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(1.0)  # streaming by now
+    os.kill(stub_pid(server, "scripted_vllm"), signal.SIGKILL)
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the stream did not end"
+    stream = result["stream"]
+    assert stream.error is not None and stream.error["error"]["type"] == "server_error", stream.error
+    assert result["seconds"] < 1.0 + 10, result["seconds"]  # bound: the idle timeout (3 s) and then some
+    assert stream.content.startswith("x")
+    # openai_chat itself is fine; the killed model comes back by reloading it.
+    repository(server, "scripted_vllm", "unload")
+    repository(server, "scripted_vllm", "load")
+    assert ok(client)
+    assert json.loads(urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready").read() or b"{}") == {}
