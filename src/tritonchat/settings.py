@@ -56,6 +56,12 @@ class Settings:
     )
     http_url: str = setting("localhost:8000", "this server's HTTP endpoint, for `transport: http`", user=True)
     grpc_url: str = setting("localhost:8001", "this server's gRPC endpoint, for `transport: grpc`", user=True)
+    loopback_headers: str = setting(
+        "",
+        "`name=value,...` headers the `http` and `grpc` transports send with every call, for a server that "
+        "restricts its inference endpoints (`--http-restricted-api` / `--grpc-restricted-protocol` "
+        "`inference:name=value`; over gRPC the header is `triton-grpc-protocol-<name>`, as Triton wants)",
+    )
     grpc_cancel: bool = setting(
         False,
         "`transport: grpc`: cancel a call no longer wanted (client gone, stop string, error) instead of reading it to "
@@ -145,6 +151,16 @@ class Settings:
     lora_adapters: tuple[str, ...] = field(default=(), metadata={"parameter": False})
 
     @property
+    def loopback_header_map(self) -> dict[str, str]:
+        headers = {}
+        for item in filter(None, (part.strip() for part in self.loopback_headers.split(","))):
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise ConfigError(f"parameter 'loopback_headers' must look like 'name=value,...'; got {item!r}")
+            headers[name.strip().lower()] = value.strip()
+        return headers
+
+    @property
     def lora_task_id_map(self) -> dict[str, int]:
         mapping = {}
         for item in filter(None, (part.strip() for part in self.lora_task_ids.split(","))):
@@ -175,6 +191,7 @@ class Settings:
                 except ValueError as exc:
                     raise ConfigError(f"parameter {key!r}: {exc}") from None
         settings.lora_task_id_map  # noqa: B018  (raises ConfigError when malformed)
+        settings.loopback_header_map  # noqa: B018
         return settings._resolve(Path(model_repository) if model_repository else None)
 
     def _resolve(self, model_dir: Path | None) -> Settings:

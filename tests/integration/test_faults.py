@@ -113,3 +113,28 @@ def test_a_killed_generation_model_ends_the_stream_with_an_error(server, transpo
     repository(server, "scripted_vllm", "load")
     assert ok(client)
     assert json.loads(urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready").read() or b"{}") == {}
+
+
+def test_loopback_calls_carry_the_key_of_a_restricted_server(tmp_path, tiny_model):
+    """A server whose inference endpoints want a key header: the HTTP and gRPC transports send
+    `loopback_headers` and work; without them the generation model refuses the call."""
+    repo = tmp_path / "repository"
+    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    add_test_model(repo, "scripted_vllm")
+    common = dict(target_model="scripted_vllm", tokenizer=str(tiny_model), served_model_name="scripted",
+                  http_url=f"127.0.0.1:{http_port}", grpc_url=f"127.0.0.1:{grpc_port}")
+    for transport in ("http", "grpc"):
+        add_chat_model(repo, f"chat_{transport}", transport=transport, loopback_headers="x-infer-key=s3cret", **common)
+        add_chat_model(repo, f"chat_{transport}_keyless", transport=transport, **common)
+    restricted = ["--http-restricted-api=inference:x-infer-key=s3cret",
+                  "--grpc-restricted-protocol=inference:x-infer-key=s3cret"]
+    with TritonServer(repo, http_port, grpc_port, metrics_port, log_path=tmp_path / "log", extra_args=restricted):
+        for transport in ("http", "grpc"):
+            client = ChatClient(server_url := f"127.0.0.1:{http_port}", f"chat_{transport}")
+            client.session.headers["x-infer-key"] = "s3cret"
+            status, body = client.create(user(script(chunks=["fine"])))
+            assert status == 200 and body["choices"][0]["message"]["content"] == "fine", (transport, body)
+            keyless = ChatClient(server_url, f"chat_{transport}_keyless")
+            keyless.session.headers["x-infer-key"] = "s3cret"
+            status, body = keyless.create(user(script(chunks=["fine"])))
+            assert body["error"]["type"] == "server_error", (transport, body)

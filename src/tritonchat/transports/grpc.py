@@ -65,8 +65,11 @@ def decode_tensor(datatype: str, shape: list[int], raw: bytes) -> np.ndarray:
 class GrpcTransport:
     """One gRPC channel per model instance, created lazily on the event loop."""
 
-    def __init__(self, url: str, model: str, version: int = -1, cancel: bool = False, drain_timeout: float = 600.0):
+    def __init__(self, url: str, model: str, version: int = -1, cancel: bool = False, drain_timeout: float = 600.0,
+                 headers: dict[str, str] | None = None):
         self.url = url
+        # Triton's restricted gRPC protocols read the key from `triton-grpc-protocol-<key>`.
+        self.metadata = tuple((f"triton-grpc-protocol-{name}", value) for name, value in (headers or {}).items())
         self.model = model
         self.version = version
         self.cancel = cancel
@@ -115,7 +118,7 @@ class GrpcTransport:
         # (Not `triton_grpc_error: true`: with it, Triton 2.51 closes the call at the first
         # error, and a model that then sends its flag-only FINAL, as tensorrt_llm_bls does,
         # crashes the server with SIGSEGV in TRITONBACKEND_ResponseFactorySendFlags.)
-        return GrpcStream(self, stub.ModelStreamInfer(requests()))
+        return GrpcStream(self, stub.ModelStreamInfer(requests(), metadata=self.metadata or None))
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -47,9 +47,10 @@ def output_array(value) -> np.ndarray:
 class HttpTransport:
     """One aiohttp session per model instance, created lazily on the event loop."""
 
-    def __init__(self, url: str, model: str, version: int = -1):
+    def __init__(self, url: str, model: str, version: int = -1, headers: dict[str, str] | None = None):
         versioned = f"{model}/versions/{version}" if version > 0 else model
         self.endpoint = f"http://{url}/v2/models/{versioned}/generate_stream"
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
         self._session = None
 
     def session(self):
@@ -92,7 +93,7 @@ class HttpStream:
         self._task = asyncio.current_task()
         try:
             async with self.transport.session().post(
-                self.transport.endpoint, data=self.body, headers={"Content-Type": "application/json"}
+                self.transport.endpoint, data=self.body, headers=self.transport.headers
             ) as response:
                 self._response = response
                 if response.status != 200 or response.content_type == "application/json":

@@ -81,10 +81,11 @@ class OpenAIModel:
         self._open_lock = threading.Lock()
         self.transport: Transport
         if settings.transport == "http":
-            self.transport = HttpTransport(settings.http_url, settings.target_model, settings.target_model_version)
+            self.transport = HttpTransport(settings.http_url, settings.target_model, settings.target_model_version,
+                                           settings.loopback_header_map)
         elif settings.transport == "grpc":
             self.transport = GrpcTransport(settings.grpc_url, settings.target_model, settings.target_model_version,
-                                           settings.grpc_cancel, settings.idle_timeout_s)
+                                           settings.grpc_cancel, settings.idle_timeout_s, settings.loopback_header_map)
         else:
             self.transport = BlsTransport(settings.target_model, settings.target_model_version, settings.idle_timeout_s)
         self._tasks: set[asyncio.Task] = set()
