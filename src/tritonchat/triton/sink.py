@@ -60,12 +60,13 @@ class TritonSink:
     def send(self, payload: str, final: bool) -> None:
         utils = self._pb
         tensor = utils.Tensor(OUTPUT_NAME, np.array([payload.encode("utf-8")], dtype=np.object_))
+        if final:
+            # Before the send: a client may send its next request the moment it has this one.
+            self._close()
         self._sender.send(
             utils.InferenceResponse(output_tensors=[tensor]),
             flags=utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0,
         )
-        if final:
-            self._close()
 
     def send_error(self, error: OpenAIError) -> None:
         if self.closed:
