@@ -104,13 +104,16 @@ def _metric(triton, name: str, model: str) -> float:
 
 def test_a_storm_on_the_engine_cancels_its_work_and_leaks_nothing(triton):
     """Dropped streams on the real vLLM engine (default HTTP transport): the engine's running
-    requests are back to 0 within a second of the storm's end, and the openai_chat stub holds no
-    more threads or open files after a second storm than after the first."""
+    requests are back to 0 within a second of each storm's end, and after the second storm the
+    openai_chat stub is back to the threads and open files it had after the first (which grew its
+    thread pools; idle keep-alive connections to the server close after `KEEPALIVE_S`)."""
+    from tritonchat.transports.http import KEEPALIVE_S  # noqa: PLC0415
+
     body = json.dumps({"request": json.dumps({
         "messages": [{"role": "user", "content": "Tell me a long story."}], "stream": True,
         "max_completion_tokens": 64, "ignore_eos": True})}).encode()
     stub = _stub_of(triton, "openai_chat")
-    counts = []
+    settled = []
     for seed in (21, 22):
         result = asyncio.run(storm(triton.http_url, "openai_chat", streams=200, concurrency=32, max_tokens=64,
                                    max_events=10, complete_fraction=0.0, seed=seed, timeout=120, body=body))
@@ -123,6 +126,7 @@ def test_a_storm_on_the_engine_cancels_its_work_and_leaks_nothing(triton):
         while _metric(triton, "tritonchat_requests_in_flight", "openai_chat") > 0 and time.monotonic() - ended < 5:
             time.sleep(0.05)
         assert _metric(triton, "tritonchat_requests_in_flight", "openai_chat") == 0
-        counts.append(_threads_and_fds(stub))
-    (threads_a, fds_a), (threads_b, fds_b) = counts
-    assert threads_b <= threads_a + 1 and fds_b <= fds_a + 4, counts
+        time.sleep(max(0.0, KEEPALIVE_S + 2 - (time.monotonic() - ended)))
+        settled.append(_threads_and_fds(stub))
+    (threads_a, fds_a), (threads_b, fds_b) = settled
+    assert threads_b <= threads_a and fds_b <= fds_a + 2, settled

@@ -24,6 +24,7 @@ from .base import Outputs, error_for
 
 log = logging.getLogger(__name__)
 
+KEEPALIVE_S = 10.0
 # Triton's HTTP status for an error -> its error code (2.51 answers 400 for every model error).
 _STATUS_CODES = {404: "NOT_FOUND", 499: "CANCELLED", 500: "INTERNAL", 501: "UNSUPPORTED", 503: "UNAVAILABLE"}
 
@@ -57,8 +58,10 @@ class HttpTransport:
         if self._session is None:
             import aiohttp  # noqa: PLC0415  (only with this transport)
 
+            # Idle keep-alive connections close after KEEPALIVE_S; a connection given up early
+            # is closed at once (that is how the request is cancelled).
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             )
         return self._session
