@@ -15,11 +15,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools.tritonlocal import BUILD, ROOT, TritonServer  # noqa: E402
-from tritonchat.repository import parse_engine_arg, prepare_repository  # noqa: E402
+from tritonchat.repository import config_context_length, parse_engine_arg, prepare_repository  # noqa: E402
 
 TINY_MODEL = BUILD / "tiny-chat"
 # Engine settings that work for vLLM's CPU build (see README, "Running on CPU").
-CPU_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1, "max_model_len": 2048}
+CPU_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1}
+# The context the CPU engine reserves memory for, unless the model's own is shorter (vLLM
+# refuses a `max_model_len` above the model's).
+CPU_MAX_MODEL_LEN = 2048
+
+
+def cpu_engine_args(model: Path, overrides: dict) -> dict:
+    """CPU_ENGINE_ARGS, `max_model_len` capped at the model's own context (left to vLLM when
+    config.json does not say), then `overrides`."""
+    args = dict(CPU_ENGINE_ARGS)
+    own = config_context_length(model)
+    if own:
+        args["max_model_len"] = min(CPU_MAX_MODEL_LEN, own)
+    return {**args, **overrides}
 
 
 def main() -> None:
@@ -43,7 +56,7 @@ def main() -> None:
         args.repository,
         model=str(model),
         served_model_name=served,
-        engine_args={**CPU_ENGINE_ARGS, **dict(args.engine_arg)},
+        engine_args=cpu_engine_args(model, dict(args.engine_arg)),
         chat_parameters={"http_url": f"localhost:{args.http_port}", "grpc_url": f"localhost:{args.grpc_port}"},
     )
     server = TritonServer(repo, args.http_port, args.grpc_port, args.metrics_port)

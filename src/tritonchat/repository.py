@@ -31,9 +31,29 @@ def parse_engine_arg(item: str) -> tuple[str, object]:
         return key, raw
 
 
+# config.json keys that hold a model's context length, in vLLM's order of preference.
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "max_sequence_length",
+                 "model_max_length", "n_ctx")
+
+
+def config_context_length(model_dir: str | Path) -> int:
+    """The context length in a Hugging Face model directory's config.json (also a nested
+    `text_config`, as multimodal models have), or 0 if it names none."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    for section in (config, config.get("text_config") or {}):
+        for key in _CONTEXT_KEYS:
+            value = section.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    return 0
+
+
 def set_parameter(config: str, key: str, value: str) -> str:
     """Set (or add) `parameters { key: ... }` in config.pbtxt text."""
-    pattern = re.compile(r'parameters\s*\{\s*key:\s*"' + re.escape(key) + r'".*?\}\s*\}', re.S)
+    pattern = re.compile(r'parameters\s*\{\s*key:\s*"' + re.escape(key) + r'".*?\}\s*\}', re.DOTALL)
     entry = f'parameters {{ key: "{key}", value: {{ string_value: "{value}" }} }}'
     if pattern.search(config):
         return pattern.sub(lambda _: entry, config, count=1)

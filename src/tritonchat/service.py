@@ -14,11 +14,9 @@ generation model, with no Triton in sight.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -27,6 +25,7 @@ from .errors import BadRequestError
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
 from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
+from .repository import config_context_length
 from .response import ChatResponseBuilder, CompletionResponseBuilder, ResponseBuilder
 from .settings import Settings
 from .template import Prompt, PromptRenderer, load_tokenizer, private_names
@@ -250,13 +249,8 @@ def content_chars(request) -> int:
 
 def context_length(tokenizer_path: str, tokenizer) -> int:
     """The model's context length from its config.json, else the tokenizer's limit, else 0."""
-    config = Path(tokenizer_path) / "config.json"
-    if config.is_file():
-        try:
-            value = json.loads(config.read_text()).get("max_position_embeddings")
-            if value:
-                return int(value)
-        except (json.JSONDecodeError, ValueError):
-            pass
+    value = config_context_length(tokenizer_path)
+    if value:
+        return value
     limit = getattr(tokenizer, "model_max_length", 0) or 0
     return int(limit) if 0 < limit < 10**8 else 0

@@ -75,7 +75,7 @@ class Settings:
         "", "the name clients send as `model`; empty: `model.json` `served_model_name`, else its `model`", user=True
     )
     max_model_len: int = setting(
-        0, "context length; 0: `model.json` `max_model_len`, else the model's `max_position_embeddings`", user=True
+        0, "context length; 0: `model.json` `max_model_len`, else the model's config.json", user=True
     )
     default_max_tokens: int = setting(0, "completion budget when a request sets none; 0: whatever fits in the context")
     chat_template_content_format: str = setting(

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tools.repositories import ROOT
-from tritonchat.repository import main, parse_engine_arg, prepare_repository, set_parameter
+from tritonchat.repository import config_context_length, main, parse_engine_arg, prepare_repository, set_parameter
 
 REPO = ROOT / "model_repository"
 
@@ -27,8 +27,32 @@ def test_openai_model_configs_carry_what_users_change(model):
 
 
 def test_vllm_model_is_the_vllm_backend():
+    """`model.json` names the model and leaves its context length to vLLM, which refuses a
+    `max_model_len` above the model's own."""
     assert 'backend: "vllm"' in (REPO / "vllm_model" / "config.pbtxt").read_text()
-    assert "model" in json.loads((REPO / "vllm_model" / "1" / "model.json").read_text())
+    engine_args = json.loads((REPO / "vllm_model" / "1" / "model.json").read_text())
+    assert "model" in engine_args and "max_model_len" not in engine_args
+
+
+@pytest.mark.parametrize(("config", "expected"), [
+    ({"max_position_embeddings": 8192}, 8192),
+    ({"n_positions": 1024}, 1024),  # GPT-2
+    ({"text_config": {"max_position_embeddings": 4096}}, 4096),  # multimodal
+    ({"hidden_size": 64}, 0),
+])
+def test_config_context_length(tmp_path, config, expected):
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert config_context_length(tmp_path) == expected
+
+
+@pytest.mark.parametrize(("config", "expected"), [
+    ({"max_position_embeddings": 131072}, 2048), ({"n_positions": 1024}, 1024), ({}, None)])
+def test_serve_caps_the_cpu_context_at_the_models_own(tmp_path, config, expected):
+    from tools.serve import cpu_engine_args  # noqa: PLC0415
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert cpu_engine_args(tmp_path, {}).get("max_model_len") == expected
+    assert cpu_engine_args(tmp_path, {"max_model_len": 512})["max_model_len"] == 512
 
 
 def test_prepare_repository(tmp_path):
