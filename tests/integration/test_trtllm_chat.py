@@ -166,6 +166,28 @@ def test_n_choices(chat):
     assert [c["message"]["content"] for c in body["choices"]] == [DEFAULT_TEXT] * 2
 
 
+SAMPLES = [f" word{i}" for i in range(20)]
+
+
+def test_temperature_samples_and_choices_differ(chat):
+    """The stand-ins sample as TensorRT-LLM does: greedy (the first sample) unless top-k or
+    top-p is sent, and seed 0 when none is. OpenAI's defaults (top_p 1) must reach them, and
+    each choice its own seed."""
+    message = user(script(samples=SAMPLES))["messages"]
+    _, body = chat.create({"messages": message, "n": 4, "temperature": 1.0, "seed": 5})
+    seeded = [c["message"]["content"] for c in body["choices"]]
+    assert len(set(seeded)) > 1, seeded
+    _, again = chat.create({"messages": message, "n": 4, "temperature": 1.0, "seed": 5})
+    assert [c["message"]["content"] for c in again["choices"]] == seeded  # a seed makes it reproducible
+    _, greedy = chat.create({"messages": message, "n": 2, "temperature": 0})
+    assert [c["message"]["content"] for c in greedy["choices"]] == [SAMPLES[0]] * 2
+    _, body = chat.create(user(script(echo_request=True), n=3, max_tokens=2000))
+    seen = [json.loads(c["message"]["content"])["inputs"] for c in body["choices"]]
+    top_p = "top_p" if "top_p" in seen[0] else "runtime_top_p"
+    assert [_value(inputs[top_p]) for inputs in seen] == [1.0] * 3
+    assert len({_value(inputs["seed"]) for inputs in seen}) == 3
+
+
 def test_structured_outputs_use_guided_decoding(chat):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     seen = echo(chat, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})

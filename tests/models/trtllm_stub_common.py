@@ -5,6 +5,7 @@ Each stand-in's version directory holds a link to this file; the Python backend 
 directory on `sys.path` (as NVIDIA's `tensorrt_llm_bls` relies on for its `lib/`)."""
 
 import json
+import random
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -111,6 +112,26 @@ def plan_generation(ids, max_tokens, end_id, stop_sequences, finish):
     if len(out) >= max_tokens:
         return out, "length"
     return out, ("end_id" if finish == "stop" else "length")
+
+
+def sampled_script(script: dict, request, top_k_name: str, top_p_name: str) -> dict:
+    """A script's `samples` (alternative texts) resolved as TensorRT-LLM samples, so that its
+    defaults show: with neither top-k nor top-p sent (both default to 0, and a top-p of 0 or
+    less counts as unset), or with top-k 1 or temperature 0, the sampler is greedy and takes
+    the first sample (cpp/tensorrt_llm/kernels/samplingTopKKernels.h: "topK == 0 && topP ==
+    0.0f ... equivalent to greedy search"); otherwise the seed picks one, and without a seed
+    input it is 0, as in releases before per-request random seeds (TensorRT-LLM issues #1000,
+    #2860), so identical requests give identical text."""
+    samples = script.get("samples")
+    if not samples:
+        return script
+    temperature = float(first_value(request, "temperature", 1.0))
+    top_k = int(first_value(request, top_k_name, 0) or 0)
+    top_p = max(0.0, float(first_value(request, top_p_name, 0.0) or 0.0))
+    greedy = temperature == 0.0 or top_k == 1 or (top_k == 0 and top_p == 0.0)
+    seed = int(first_value(request, "seed", 0))
+    text = samples[0] if greedy else samples[random.Random(seed).randrange(len(samples))]
+    return {**script, "text": text}
 
 
 def log_prob(index: int) -> float:

@@ -39,6 +39,20 @@ def test_ensemble_inputs():
     assert all(value.ndim == 2 and value.shape[0] == 1 for value in inputs.values())
 
 
+@pytest.mark.parametrize("name", ["trtllm", "tensorrt_llm"])
+def test_openai_sampling_defaults_replace_tensorrt_llms(name, tokenizer):
+    """TensorRT-LLM's absent top-k and top-p mean greedy and its absent seed was 0 for every
+    request: every request carries top_p (1.0 unless set) and a seed (drawn unless set)."""
+    fmt = EnsembleFormat() if name == "trtllm" else TensorRtLlmFormat(FormatOptions(tokenizer=tokenizer))
+    top_p = fmt.top_p_input
+    first, second = fmt.inputs(request(sampling={"temperature": 0.7})), fmt.inputs(request(sampling={"temperature": 0.7}))
+    assert first[top_p].dtype == np.float32 and first[top_p].reshape(-1)[0] == 1.0
+    assert first["seed"].dtype == np.uint64 and first["seed"].reshape(-1)[0] != second["seed"].reshape(-1)[0]
+    chosen = fmt.inputs(request(sampling={"top_p": 0.5, "top_k": 3, "seed": 7}))
+    assert chosen[top_p].reshape(-1)[0] == 0.5 and chosen[fmt.top_k_input].reshape(-1)[0] == 3
+    assert chosen["seed"].reshape(-1)[0] == 7
+
+
 @pytest.mark.parametrize(("sampling", "param"), [({"min_p": 0.1}, "min_p"), ({"logit_bias": {1: 2}}, "logit_bias"),
                                                   ({"stop_token_ids": [3]}, "stop_token_ids")])
 def test_ensemble_refuses_what_it_cannot_do(sampling, param):

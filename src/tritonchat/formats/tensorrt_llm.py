@@ -17,6 +17,7 @@ stop word in its output), and the reason is `stop` unless the token budget ran o
 from __future__ import annotations
 
 import json
+import random
 
 import numpy as np
 
@@ -71,12 +72,15 @@ class _TensorRtLlmBase(RequestFormat):
                 inputs[name] = _one(sampling[key], dtype)
         if "top_k" in sampling and sampling["top_k"] > 0:
             inputs[self.top_k_input] = _one(sampling["top_k"], np.int32)
-        if "top_p" in sampling:
-            inputs[self.top_p_input] = _one(sampling["top_p"], np.float32)
+        # TensorRT-LLM's top-k and top-p both default to 0, which its sampler treats as top-k
+        # 1 (greedy), so temperature alone would do nothing; OpenAI's top_p defaults to 1.
+        inputs[self.top_p_input] = _one(sampling.get("top_p", 1.0), np.float32)
         if "min_tokens" in sampling:
             inputs[self.options.min_tokens_input] = _one(sampling["min_tokens"], np.int32)
-        if "seed" in sampling:
-            inputs[self.options.seed_input] = _one(sampling["seed"] % 2**64, np.uint64)
+        # Without a seed, releases before per-request random seeds use 0 for every request,
+        # so the n choices (one request each) would be the same: draw one per request.
+        seed = sampling["seed"] if "seed" in sampling else random.getrandbits(64)
+        inputs[self.options.seed_input] = _one(seed % 2**64, np.uint64)
         if self.options.end_id is not None:
             inputs["end_id"] = _one(self.options.end_id, np.int32)
         if self.options.pad_id is not None:

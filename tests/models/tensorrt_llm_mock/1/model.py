@@ -12,6 +12,8 @@ Keys (all optional):
   interval_ms    delay before each token (default 0); first_delay_ms: extra before the first
   error_after    fail after this many tokens (error_message; default "scripted failure")
   hang_after     after this many tokens produce nothing until cancelled / stopped or hang_s
+  samples        alternative texts, one chosen by TensorRT-LLM's sampling rules (see
+                 `sampled_script`: greedy takes the first)
   echo_request   true: the output is the token ids of one JSON object describing every input
                  tensor received ({"inputs": {name: {"dtype", "shape", "value"}},
                  "requested_outputs", "request_id"}); decode output_ids to read it
@@ -27,7 +29,8 @@ Generation ends
   holds the token ids of all words concatenated (padded with 0), row 1 the cumulative end
   offset of each word in row 0, padded with -1. Example: words [[5, 6], [7]] ->
   [[5, 6, 7], [2, 3, -1]] (any padding length). Empty list: shape [1, 2, 0].
-Sampling parameters, bad words, LoRA, guided decoding, min_tokens: recorded, without effect.
+Sampling parameters choose between `samples` only (TensorRT-LLM's defaults, see `sampled_script`);
+bad words, LoRA, guided decoding, min_tokens: recorded, without effect.
 
 Responses (as the C++ backend's `fillTritonResponse` / `WaitForResponse` send them; every
 tensor has the batch dimension of size 1):
@@ -60,8 +63,8 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtllm_stub_common import (  # linked into this directory, which is on sys.path
-    ScriptedError,
+from trtllm_stub_common import (
+    ScriptedError,  # linked into this directory, which is on sys.path
     scripted_tokens,
     scripted_finish,
     token_index,
@@ -70,6 +73,7 @@ from trtllm_stub_common import (  # linked into this directory, which is on sys.
     first_value,
     plan_generation,
     log_prob,
+    sampled_script,
 )
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -171,6 +175,7 @@ class TritonPythonModel:
         want_output_count = bool(first_value(request, "return_num_output_tokens", False))
         want_log_probs = bool(first_value(request, "return_log_probs", False))
         script = parse_script(self.tokenizer.decode(prompt_ids))
+        script = sampled_script(script, request, "runtime_top_k", "runtime_top_p")
 
         def response(ids: list[int], first_index: int, log_prob_count: int):
             tensors = [

@@ -15,6 +15,8 @@ Keys (all optional):
   interval_ms    delay before each token (default 0); first_delay_ms: extra before the first
   error_after    fail after this many tokens (error_message; default "scripted failure")
   hang_after     after this many tokens produce nothing until cancelled or hang_s (default 30)
+  samples        alternative texts, one chosen by TensorRT-LLM's sampling rules (see
+                 `sampled_script`: greedy takes the first)
   echo_request   true: the output is one JSON object describing every input tensor received
                  ({"inputs": {name: {"dtype", "shape", "value"}}, "requested_outputs", "request_id"})
 
@@ -31,7 +33,8 @@ Generation (what the real preprocessing + tensorrt_llm do):
     BLS additionally cuts the text at string level). The match is on tokens, as in the
     engine: a word whose standalone tokenization differs from its tokens inside the text
     (e.g. "world" vs " world" with byte-level BPE) does not stop generation.
-  `min_tokens`, sampling parameters, bad_words, LoRA, guided decoding: recorded (echo_request)
+  Sampling parameters choose between `samples` only (TensorRT-LLM's defaults, see
+  `sampled_script`); `min_tokens`, bad_words, LoRA, guided decoding: recorded (echo_request)
   but without effect.
 
 Responses (decoupled; every tensor has the batch dimension, batch size 1):
@@ -65,8 +68,8 @@ import time
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtllm_stub_common import (  # linked into this directory, which is on sys.path
-    ScriptedError,
+from trtllm_stub_common import (
+    ScriptedError,  # linked into this directory, which is on sys.path
     scripted_tokens,
     scripted_finish,
     token_index,
@@ -75,6 +78,7 @@ from trtllm_stub_common import (  # linked into this directory, which is on sys.
     first_value,
     plan_generation,
     log_prob,
+    sampled_script,
 )
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -132,6 +136,7 @@ class TritonPythonModel:
         want_output_count = bool(first_value(request, "return_num_output_tokens", False))
         want_log_probs = bool(first_value(request, "return_log_probs", False))
         script = parse_script(prompt)
+        script = sampled_script(script, request, "top_k", "top_p")
         prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=self.add_special_tokens)
 
         def response(text: str, output_count: int, first_index: int, log_prob_count: int):
