@@ -387,8 +387,10 @@ def test_string_values_are_cast_like_the_real_backend(server):
         {"parameters": {"max_tokens": "many"}},
         {"sampling_parameters": json.dumps({"structured_outputs": json.dumps({"json": 1, "regex": "a"})})},
         {"sampling_parameters": json.dumps({"temperature": -3})},
+        # vllm_backend passes logit_bias unconverted: JSON keys stay strings, which vLLM rejects
+        {"sampling_parameters": json.dumps({"logit_bias": {"5": -100}})},
     ],
-    ids=["unknown-key", "bad-int", "bad-structured-outputs", "invalid-value"],
+    ids=["unknown-key", "bad-int", "bad-structured-outputs", "invalid-value", "logit-bias-string-keys"],
 )
 def test_bad_sampling_parameters_fail_the_request(server, body):
     status, reply = generate(server, {"text_input": PROMPT, **body})

@@ -89,7 +89,6 @@ def test_sampling_fields_reach_the_engine(vllm_scripted):
         "stop_token_ids": [3],
         "min_tokens": 2,
         "ignore_eos": True,
-        "logit_bias": {"5": -100},
         "stop": ["END", "STOP"],
         "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}},
         "user": "someone",
@@ -105,10 +104,17 @@ def test_sampling_fields_reach_the_engine(vllm_scripted):
         "stop_token_ids": [3],
         "min_tokens": 2,
         "ignore_eos": True,
-        "logit_bias": {"5": -100.0},
         "stop": ["END", "STOP"],
         "structured_outputs": json.dumps({"json": schema}),
     }
+
+
+def test_logit_bias_is_refused_where_the_backend_cannot_use_it(vllm_scripted):
+    """Triton's vLLM backend hands the JSON's string token ids to vLLM, which fails the request
+    with no reason (the stand-in does the same): a 400 naming the field instead."""
+    status, body = vllm_scripted.create({**user("Hi"), "logit_bias": {"5": -100}})
+    assert status == 400 and body["error"]["param"] == "logit_bias", body
+    assert body["error"]["type"] == "invalid_request_error"
 
 
 # ---- usage --------------------------------------------------------------------------------------

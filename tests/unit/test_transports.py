@@ -42,6 +42,12 @@ def test_generation_model_errors(code, message, kind):
     assert message in error.message
 
 
+@pytest.mark.parametrize("message", ["Error generating stream: ", ""])
+def test_a_generation_error_without_a_reason_says_where_to_look(message):
+    error = error_for("INTERNAL", message)
+    assert type(error) is InternalError and "no reason given" in error.message and "server log" in error.message
+
+
 @pytest.mark.parametrize(
     "value",
     [np.array([[b"caf\xc3\xa9", b""]], dtype=np.object_), np.array([[1, 2, 3]], dtype=np.int32),

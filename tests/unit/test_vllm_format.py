@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
+from tritonchat.errors import BadRequestError
 from tritonchat.formats import GenerationRequest, VllmFormat
 
 
@@ -38,3 +40,11 @@ def test_parse_outputs():
     assert (out.text, out.finish_reason, out.prompt_tokens, out.completion_tokens) == ("wörld", None, 12, 2)
     assert VllmFormat().parse({"finish_reason": np.array([b"length"], dtype=np.object_)}).finish_reason == "length"
     assert VllmFormat().parse({}).text == ""
+
+
+def test_logit_bias_is_refused():
+    """vllm_backend builds SamplingParams without vLLM's conversion of JSON's string keys."""
+    request = GenerationRequest(prompt="x", prompt_tokens=1, max_tokens=2, stream=True, sampling={"logit_bias": {5: -1.0}})
+    with pytest.raises(BadRequestError) as info:
+        VllmFormat().check(request)
+    assert info.value.param == "logit_bias"

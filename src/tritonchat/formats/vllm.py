@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 
+from ..errors import BadRequestError
 from .base import GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
 
 _OUTPUTS = ["text_output", "finish_reason", "num_input_tokens", "num_output_tokens"]
@@ -54,6 +55,15 @@ def parse_logprobs(raw: str) -> list[TokenLogprob] | None:
 class VllmFormat(RequestFormat):
     name = "vllm"
     reports_finish_reason = True
+
+    def check(self, request: GenerationRequest) -> None:
+        if "logit_bias" in request.sampling:
+            # The backend builds SamplingParams from the JSON without vLLM's own conversion
+            # (vllm_backend src/utils/vllm_backend_utils.py, TritonSamplingParams.from_dict),
+            # so the token ids stay strings and the engine fails the request without a reason.
+            raise BadRequestError(
+                "'logit_bias' is not supported by Triton's vLLM backend: it passes the token ids to vLLM "
+                "as JSON strings, which vLLM cannot use.", param="logit_bias")
 
     def sampling_parameters(self, request: GenerationRequest) -> dict:
         params = {"max_tokens": request.max_tokens, **request.sampling}

@@ -80,6 +80,9 @@ def error_for(code: str | None, message: str) -> OpenAIError:
     if code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") or "is not ready" in lowered or "unknown model" in lowered:
         return UnavailableError(f"The generation model is unavailable: {message}")
     text = f"The generation model failed: {message}"
+    if not message.strip() or message.rstrip().endswith(":"):
+        # e.g. vLLM's EngineGenerateError, which has no message of its own.
+        text = f"{text.rstrip()} (no reason given; the server log has the generation model's traceback)"
     if code == "NOT_FOUND":
         return NotFoundError(text, param=None, code=None)
     if code in ("INVALID_ARGUMENT", "INVALID_ARG"):

@@ -14,7 +14,8 @@ the model then produces exactly what the script says. Keys (all optional):
 Behaviour follows the vLLM backend: delta text when streaming (exclude_input_in_output
 must not be false then), one response with the whole text otherwise, FINAL on the last
 response, `finish_reason` "None" until the end, errors as one final response with
-text_output ["N/A"], cancellation answered with a CANCELLED error.
+text_output ["N/A"], cancellation answered with a CANCELLED error. `logit_bias` in the
+sampling parameters fails the request with an empty reason, as on the real backend.
 """
 
 import json
@@ -77,6 +78,10 @@ class TritonPythonModel:
             raise ValueError("When streaming, `exclude_input_in_output` = False is not allowed.")
         params_tensor = pb_utils.get_input_tensor_by_name(request, "sampling_parameters")
         params = json.loads(params_tensor.as_numpy()[0]) if params_tensor is not None else {}
+        if params.get("logit_bias"):
+            # The real backend hands vLLM the JSON object as is (string token ids), and the
+            # engine's failure carries no message (vLLM's EngineGenerateError).
+            raise RuntimeError("")
         script = _script(prompt)
         if script.get("echo_request"):
             inputs = {
