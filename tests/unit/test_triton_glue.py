@@ -279,7 +279,12 @@ def test_a_silent_bls_stream_does_not_hold_its_instance_for_good(stub_factory):
     stub = stub_factory(lambda _kwargs, _index: next(scripts), idle_timeout_s="0.5")
     try:
         hung, after = fakes.Request(chat(stream=True)), fakes.Request(chat())
-        stub.execute(hung, after, timeout=10)
+        stub.model.execute([hung])  # first, so that it takes the hanging stream
+        deadline = time.monotonic() + 10
+        while len(hung.sender.responses) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stub.execute(after, timeout=10)
+        assert hung.sender.final.wait(10)
         [error] = hung.sender.errors()
         assert error.code() == fakes.TritonError.UNAVAILABLE
         assert after.sender.payloads()[0]["choices"][0]["message"]["content"] == "next"
