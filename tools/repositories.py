@@ -55,6 +55,23 @@ def tokenizer_with_template(base: Path, out: Path, template: str) -> Path:
     return out
 
 
+def tokenizer_with_turn_end(base: Path, out: Path, eos_token: str, turn_end: str) -> Path:
+    """A copy of `base`'s tokenizer files shaped like Llama 3's: the tokenizer's EOS is
+    `eos_token`, and generation_config.json lists it and `turn_end` (the token that ends a
+    chat turn) as `eos_token_id`."""
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    tokenizer_with_template(base, out, config["chat_template"])
+    config["eos_token"] = eos_token
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    ids = AutoTokenizer.from_pretrained(base).convert_tokens_to_ids([eos_token, turn_end])
+    generation = json.loads((base / "generation_config.json").read_text())
+    generation["eos_token_id"] = ids
+    (out / "generation_config.json").write_text(json.dumps(generation, indent=2))
+    return out
+
+
 def add_vllm_model(repo: Path, name: str, model_dir: Path, lora_adapters: dict | None = None, **engine_args) -> Path:
     """The committed vllm_model config with a model.json for `model_dir` (and LoRA adapters)."""
     dst = repo / name

@@ -51,6 +51,17 @@ def config_context_length(model_dir: str | Path) -> int:
     return 0
 
 
+def generation_eos_ids(model_dir: str | Path) -> list[int]:
+    """The ids that end a turn in generation_config.json (`eos_token_id`: an id or a list),
+    e.g. Llama 3's `<|end_of_text|>` and `<|eot_id|>`; [] without the file."""
+    try:
+        value = json.loads((Path(model_dir) / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError):
+        return []
+    values = value if isinstance(value, list) else [value]
+    return [int(v) for v in values if isinstance(v, int)]
+
+
 def set_parameter(config: str, key: str, value: str) -> str:
     """Set (or add) `parameters { key: ... }` in config.pbtxt text."""
     pattern = re.compile(r'parameters\s*\{\s*key:\s*"' + re.escape(key) + r'".*?\}\s*\}', re.DOTALL)

@@ -25,7 +25,7 @@ from .errors import BadRequestError
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
 from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
-from .repository import config_context_length
+from .repository import config_context_length, generation_eos_ids
 from .response import ChatResponseBuilder, CompletionResponseBuilder, ResponseBuilder
 from .settings import Settings
 from .template import Prompt, PromptRenderer, load_tokenizer, private_names
@@ -82,6 +82,7 @@ class Service:
                 token_count_outputs=settings.trtllm_token_counts,
                 end_id=settings.end_id if settings.end_id >= 0 else None,
                 pad_id=settings.pad_id if settings.pad_id >= 0 else None,
+                eos_token_ids=eos_token_ids(settings.tokenizer, tokenizer),
                 lora_task_ids=settings.lora_task_id_map,
             )
         )
@@ -245,6 +246,13 @@ def content_chars(request) -> int:
         elif content:
             total += sum(len(part.text) for part in content)
     return total
+
+
+def eos_token_ids(tokenizer_path: str, tokenizer) -> tuple[int, ...]:
+    """generation_config.json's EOS ids, then the tokenizer's, without repeats."""
+    ids = generation_eos_ids(tokenizer_path)
+    own = getattr(tokenizer, "eos_token_id", None)
+    return tuple(dict.fromkeys(ids + ([own] if isinstance(own, int) else [])))
 
 
 def context_length(tokenizer_path: str, tokenizer) -> int:

@@ -32,6 +32,7 @@ from tools.repositories import (
     add_test_model,
     add_vllm_model,
     tokenizer_with_template,
+    tokenizer_with_turn_end,
     write_random_lora,
 )
 from tritonchat.repository import set_parameter
@@ -121,6 +122,12 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         chat_model(f"chat_tools_{fmt}", request_format=fmt, **tools, **{**trt, "target_model": target})
         chat_model(f"completions_{fmt}", source="openai_completions", request_format=fmt,
                    **{**trt, "target_model": target})
+    # A tokenizer whose EOS is not the token that ends a chat turn (both in generation_config.json).
+    eot = tokenizer_with_turn_end(tiny_model, tmp_path_factory.mktemp("eot") / "tokenizer", "<|endoftext|>", "<|im_end|>")
+    config = add_test_model(repo, "ensemble_eot", "trtllm_ensemble") / "config.pbtxt"
+    config.write_text(set_parameter(config.read_text(), "tokenizer_dir", str(eot)))
+    for fmt, target in (("trtllm", "ensemble_eot"), ("tensorrt_llm", "tensorrt_llm")):
+        chat_model(f"chat_{fmt}_eot", request_format=fmt, **{**trt, "target_model": target, "tokenizer": str(eot)})
     # An ensemble of a release without num_input_tokens / num_output_tokens: counted here.
     chat_model("chat_trtllm_counting", request_format="trtllm", trtllm_token_counts="false",
                **{**trt, "target_model": "ensemble"})

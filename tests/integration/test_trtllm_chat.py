@@ -188,6 +188,22 @@ def test_temperature_samples_and_choices_differ(chat):
     assert len({_value(inputs["seed"]) for inputs in seen}) == 3
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_turn_end_other_than_the_eos_stops_generation(triton, fmt, stream):
+    """generation_config.json lists <|endoftext|> (the tokenizer's EOS, the engine's end_id) and
+    <|im_end|>: the model ending its turn with the latter must stop the engine too."""
+    chat = ChatClient(triton.http_url, f"chat_{fmt}_eot")
+    request = user(script(text="Done.<|im_end|>and more text", finish="length"), max_tokens=40)
+    if stream:
+        result = chat.stream({**request, "stream": True})
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in result.chunks if c["choices"])
+        reason = [c["choices"][0]["finish_reason"] for c in result.chunks if c["choices"]][-1]
+    else:
+        _, body = chat.create(request)
+        text, reason = body["choices"][0]["message"]["content"], body["choices"][0]["finish_reason"]
+    assert (text, reason) == ("Done.", "stop")
+
+
 def test_structured_outputs_use_guided_decoding(chat):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     seen = echo(chat, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})

@@ -124,3 +124,13 @@ def test_readme_table_is_the_settings_table():
     from tritonchat.settings import markdown_table  # noqa: PLC0415
 
     assert markdown_table() in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize(("generation", "expected"), [
+    ({"eos_token_id": [128001, 128008, 128009]}, [128001, 128008, 128009]), ({"eos_token_id": 2}, [2]), ({}, [])])
+def test_generation_eos_ids(tmp_path, generation, expected):
+    from tritonchat.repository import generation_eos_ids  # noqa: PLC0415
+
+    (tmp_path / "generation_config.json").write_text(json.dumps(generation))
+    assert generation_eos_ids(tmp_path) == expected
+    assert generation_eos_ids(tmp_path / "missing") == []

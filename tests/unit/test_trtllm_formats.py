@@ -162,3 +162,40 @@ def test_direct_inputs_reuse_the_prompts_token_ids(tokenizer):
     ids = tuple(tokenizer("Hello there").input_ids)
     assert fmt.inputs(request(prompt="Hello there", prompt_token_ids=ids))["input_ids"].tolist() == [list(ids)]
     assert fmt.inputs(request(prompt="Hello there"))["input_ids"].tolist() == [list(ids)]
+
+
+def test_every_turn_ending_id_stops_tensorrt_llm(tokenizer):
+    """TensorRT-LLM takes one end_id; the other EOS ids of generation_config.json (Llama 3's
+    <|eot_id|> beside <|end_of_text|>) go as stop words and are cut from the output."""
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    fmt = TensorRtLlmFormat(FormatOptions(tokenizer=tokenizer, end_id=0, eos_token_ids=(0, im_end)))
+    req = request(sampling={"stop_token_ids": [7]})
+    assert stop_words_list_words(fmt.inputs(req)["stop_words_list"]) == [[7], [im_end]]
+    decoder = fmt.decoder(req)
+    ids = tokenizer.encode("Done.", add_special_tokens=False) + [im_end]
+    out = decoder.decode({"output_ids": np.array([[ids]], dtype=np.int32),
+                          "sequence_length": np.array([[len(ids)]], dtype=np.int32)})
+    assert out.text == "Done." and out.finish_reason == "stop"
+    same = TensorRtLlmFormat(FormatOptions(tokenizer=tokenizer, eos_token_ids=(im_end,)))  # end_id is the EOS
+    assert "stop_words_list" not in same.inputs(request())
+
+
+def test_every_turn_ending_id_stops_the_ensemble(tokenizer):
+    fmt = EnsembleFormat(FormatOptions(tokenizer=tokenizer, end_id=0, eos_token_ids=(0, 3)))
+    req = request(sampling={"stop": ["END"]})
+    assert fmt.inputs(req)["stop_words"].tolist() == [[b"END", tokenizer.decode([3]).encode()]]
+    decoder = fmt.decoder(req)
+    texts = [decoder.decode({"text_output": np.array([[piece.encode()]], dtype=object)}).text
+             for piece in ["Done", ".", "<|im_end|>"]]
+    assert "".join(texts) + decoder.end().text == "Done." and decoder.finished
+
+
+def stop_words_list_words(array: np.ndarray) -> list[list[int]]:
+    flat, offsets = array[0]
+    words, start = [], 0
+    for end in offsets:
+        if end < 0:
+            break
+        words.append([int(t) for t in flat[start:end]])
+        start = end
+    return words

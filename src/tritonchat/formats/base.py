@@ -74,6 +74,9 @@ class FormatOptions:
     token_count_outputs: bool = True
     end_id: int | None = None
     pad_id: int | None = None
+    # Every id that ends a turn (generation_config.json's and the tokenizer's EOS). vLLM
+    # stops at all of them itself; TensorRT-LLM takes one `end_id`, the rest go as stop words.
+    eos_token_ids: tuple[int, ...] = ()
     lora_task_ids: dict[str, int] = field(default_factory=dict)
 
 

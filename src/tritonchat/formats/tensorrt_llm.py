@@ -57,6 +57,17 @@ class _TensorRtLlmBase(RequestFormat):
     top_k_input = "top_k"
     top_p_input = "top_p"
 
+    def extra_eos_ids(self) -> list[int]:
+        """Ids that end a turn besides the `end_id` the engine gets (sent as stop words)."""
+        end_id = self.options.end_id
+        if end_id is None:  # the engine's, or the preprocessing model's, default: the tokenizer's EOS
+            end_id = getattr(self.options.tokenizer, "eos_token_id", None)
+        return [token for token in self.options.eos_token_ids if token != end_id]
+
+    def stop_strings(self, request: GenerationRequest) -> list[str]:
+        """Strings cut out of the output here (the engine keeps a stop word in its output)."""
+        return list(request.sampling.get("stop") or [])
+
     def check(self, request: GenerationRequest) -> None:
         for key, field in _UNSUPPORTED.items():
             if key in request.sampling:
@@ -119,6 +130,15 @@ class EnsembleFormat(_TensorRtLlmBase):
                 "'logprobs' is not supported by this model: its ensemble interface returns text without token ids, "
                 "so the tokens cannot be reported exactly.", param="logprobs")
 
+    def stop_strings(self, request: GenerationRequest) -> list[str]:
+        """The request's stop strings, then the text of each extra EOS token: the ensemble
+        takes stop words as text (its preprocessing tokenizes them, special tokens included)."""
+        stops = super().stop_strings(request)
+        tokenizer = self.options.tokenizer
+        if tokenizer is not None:
+            stops += [text for token in self.extra_eos_ids() if (text := tokenizer.decode([token])) and text not in stops]
+        return stops
+
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         inputs = {
             "text_input": _string(request.prompt),
@@ -126,7 +146,7 @@ class EnsembleFormat(_TensorRtLlmBase):
             "stream": _one(request.stream, np.bool_),
             **self._common_inputs(request),
         }
-        stops = request.sampling.get("stop")
+        stops = self.stop_strings(request)
         if stops:
             inputs["stop_words"] = np.array([[stop.encode("utf-8") for stop in stops]], dtype=np.object_)
         if self.options.token_count_outputs:
@@ -158,7 +178,7 @@ class _BudgetDecoder(Decoder):
 
     def __init__(self, request_format: RequestFormat, request: GenerationRequest):
         super().__init__(request_format, request)
-        self.stops = StopStrings(request.sampling.get("stop"))
+        self.stops = StopStrings(request_format.stop_strings(request))
         self.stop_token_seen = False
         self.completion_tokens = 0
 
@@ -227,12 +247,17 @@ class TensorRtLlmFormat(_TensorRtLlmBase):
             pad_id = getattr(tokenizer, "pad_token_id", None)
             inputs.setdefault("pad_id", _one(pad_id if pad_id is not None else end_id, np.int32))
         words = [tokenizer(stop, add_special_tokens=False).input_ids for stop in request.sampling.get("stop") or []]
-        words += [[token] for token in request.sampling.get("stop_token_ids") or []]
+        words += [[token] for token in self.stop_token_ids(request)]
         if words:
             inputs["stop_words_list"] = stop_words_list(words)
         if request.logprobs is not None:
             inputs["return_log_probs"] = _one(True, np.bool_)
         return inputs
+
+    def stop_token_ids(self, request: GenerationRequest) -> list[int]:
+        """The request's stop token ids, then the extra EOS ids: the engine takes one `end_id`."""
+        ids = list(request.sampling.get("stop_token_ids") or [])
+        return ids + [token for token in self.extra_eos_ids() if token not in ids]
 
     def requested_outputs(self, request: GenerationRequest) -> list[str]:
         outputs = ["output_ids", "sequence_length"]
@@ -262,7 +287,7 @@ class _TensorRtLlmDecoder(_BudgetDecoder):
         super().__init__(request_format, request)
         self.tokenizer = request_format.options.tokenizer
         self.text = IncrementalDetokenizer(self.tokenizer)
-        self.stop_token_ids = set(request.sampling.get("stop_token_ids") or [])
+        self.stop_token_ids = set(request_format.stop_token_ids(request))
 
     def decode(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
         ids = self._new_ids(outputs)
