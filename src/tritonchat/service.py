@@ -23,6 +23,7 @@ import numpy as np
 from . import __version__
 from .errors import BadRequestError
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
+from .parsers import get_tool_parser
 from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
 from .repository import config_context_length, generation_eos_ids
@@ -64,6 +65,7 @@ class Service:
     id_prefix = ""
 
     def __init__(self, settings: Settings, tokenizer=None):
+        check_special_tokens(settings)
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(settings.tokenizer)
         self.settings = settings
         self.renderer = PromptRenderer(tokenizer, settings.chat_template_content_format)
@@ -246,6 +248,20 @@ def content_chars(request) -> int:
         elif content:
             total += sum(len(part.text) for part in content)
     return total
+
+
+def check_special_tokens(settings: Settings) -> None:
+    """Refuse a tool-call parser whose markers are special tokens (Mistral's [TOOL_CALLS]) on an
+    ensemble whose postprocessing drops them: no call would ever be found. The vLLM and
+    `tensorrt_llm` formats keep them per request."""
+    if settings.request_format != "trtllm" or not settings.tool_call_parser or not settings.trtllm_skip_special_tokens:
+        return
+    if get_tool_parser(settings.tool_call_parser).needs_special_tokens:
+        raise ValueError(
+            f"tool_call_parser {settings.tool_call_parser!r} needs special tokens in the generated text, and the "
+            "ensemble's postprocessing model drops them (its skip_special_tokens parameter, true by default). Set "
+            "skip_special_tokens to false in the postprocessing config.pbtxt and trtllm_skip_special_tokens to false "
+            "here, or use request_format tensorrt_llm.")
 
 
 def eos_token_ids(tokenizer_path: str, tokenizer) -> tuple[int, ...]:

@@ -105,6 +105,11 @@ class Settings:
         "`trtllm`: ask the ensemble for `num_input_tokens` / `num_output_tokens` (releases that have them); `false`: "
         "count with the tokenizer",
     )
+    trtllm_skip_special_tokens: bool = setting(
+        True,
+        "`trtllm`: whether the ensemble's postprocessing model drops special tokens (its `skip_special_tokens` "
+        "parameter, true by default); a tool-call parser that needs them refuses to load while true",
+    )
     end_id: int = setting(
         -1,
         "TensorRT-LLM formats: end token id sent with every request; -1: `trtllm` sends none (NVIDIA's preprocessing "

@@ -91,6 +91,17 @@ def test_target_format_refusals_come_from_the_policy_check(settings, tokenizer):
     assert info.value.param == "min_p"
 
 
+def test_a_parser_that_needs_special_tokens_refuses_an_ensemble_that_drops_them(settings, tokenizer):
+    """NVIDIA's postprocessing drops special tokens by default, so Mistral's [TOOL_CALLS] never
+    reaches the parser: refused at load, with what to change."""
+    mistral = replace(settings, request_format="trtllm", tool_call_parser="mistral")
+    with pytest.raises(ValueError, match="skip_special_tokens"):
+        ChatService(mistral, tokenizer)
+    ChatService(replace(mistral, trtllm_skip_special_tokens=False), tokenizer)
+    ChatService(replace(mistral, request_format="tensorrt_llm"), tokenizer)
+    ChatService(replace(mistral, tool_call_parser="hermes"), tokenizer)
+
+
 def test_a_trusted_request_template_still_renders_in_a_sandbox(settings, tokenizer):
     service = ChatService(replace(settings, trust_request_chat_template=True), tokenizer)
     assert service.prepare(body(chat_template="{{ messages[0]['content'] }}")).prompt.text == "Hi"

@@ -199,3 +199,16 @@ def stop_words_list_words(array: np.ndarray) -> list[list[int]]:
         words.append([int(t) for t in flat[start:end]])
         start = end
     return words
+
+
+def test_tensorrt_llm_keeps_special_tokens_when_a_parser_needs_them(tokenizer):
+    """The Mistral parser asks for skip_special_tokens false; the ids are detokenized here, so
+    this format honours it (the ensemble's postprocessing cannot, see Service)."""
+    fmt = TensorRtLlmFormat(FormatOptions(tokenizer=tokenizer))
+    special = tokenizer.convert_tokens_to_ids("<|begin_of_text|>")
+    ids = [special] + tokenizer.encode("Hi", add_special_tokens=False)
+    outputs = {"output_ids": np.array([[ids]], dtype=np.int32), "sequence_length": np.array([[len(ids)]], dtype=np.int32)}
+    kept = fmt.decoder(request(sampling={"skip_special_tokens": False}))
+    assert kept.decode(outputs).text + kept.end().text == "<|begin_of_text|>Hi"
+    dropped = fmt.decoder(request())
+    assert dropped.decode(outputs).text + dropped.end().text == "Hi"

@@ -286,7 +286,8 @@ class _TensorRtLlmDecoder(_BudgetDecoder):
     def __init__(self, request_format: TensorRtLlmFormat, request: GenerationRequest):
         super().__init__(request_format, request)
         self.tokenizer = request_format.options.tokenizer
-        self.text = IncrementalDetokenizer(self.tokenizer)
+        # Special tokens stay in the text when a parser needs them (Mistral's [TOOL_CALLS]).
+        self.text = IncrementalDetokenizer(self.tokenizer, request.sampling.get("skip_special_tokens", True))
         self.stop_token_ids = set(request_format.stop_token_ids(request))
 
     def decode(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
