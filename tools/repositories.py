@@ -5,6 +5,7 @@ benchmark and the disconnect storm."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -70,6 +71,22 @@ def tokenizer_with_turn_end(base: Path, out: Path, eos_token: str, turn_end: str
     generation["eos_token_id"] = ids
     (out / "generation_config.json").write_text(json.dumps(generation, indent=2))
     return out
+
+
+# What the ensemble's interface lacked before TensorRT-LLM renamed `random_seed` / `min_length`
+# and added per-request token counts, exclude_input_in_output and guided decoding.
+OLD_ENSEMBLE_RENAMES = {"seed": "random_seed", "min_tokens": "min_length"}
+OLD_ENSEMBLE_ABSENT = ("exclude_input_in_output", "return_num_input_tokens", "return_num_output_tokens",
+                       "guided_decoding_guide_type", "guided_decoding_guide", "num_input_tokens", "num_output_tokens")
+
+
+def old_release_config(config: str) -> str:
+    """An ensemble config.pbtxt as an older TensorRT-LLM release declares it."""
+    for new, old in OLD_ENSEMBLE_RENAMES.items():
+        config = config.replace(f'name: "{new}"', f'name: "{old}"')
+    lines = [line for line in config.splitlines()
+             if not any(f'name: "{name}"' in line for name in OLD_ENSEMBLE_ABSENT)]
+    return re.sub(r",(\s*)\]", r"\1]", "\n".join(lines) + "\n")
 
 
 def add_vllm_model(repo: Path, name: str, model_dir: Path, lora_adapters: dict | None = None, **engine_args) -> Path:

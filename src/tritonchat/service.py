@@ -29,6 +29,7 @@ from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_reque
 from .repository import config_context_length, generation_eos_ids
 from .response import ChatResponseBuilder, CompletionResponseBuilder, ResponseBuilder
 from .settings import Settings
+from .target import TargetInterface, adapt_options
 from .template import Prompt, PromptRenderer, load_tokenizer, private_names
 from .tokens import TokenBytes
 from .tool_choice import plan_tools, prompt_opens_reasoning
@@ -79,9 +80,9 @@ class Service:
             FormatOptions(
                 structured_outputs_key=settings.structured_outputs_key,
                 tokenizer=tokenizer,
-                seed_input=settings.trtllm_seed_input,
-                min_tokens_input=settings.trtllm_min_tokens_input,
-                token_count_outputs=settings.trtllm_token_counts,
+                seed_input=settings.trtllm_seed_input or "seed",
+                min_tokens_input=settings.trtllm_min_tokens_input or "min_tokens",
+                token_count_outputs=settings.trtllm_token_counts != "false",
                 end_id=settings.end_id if settings.end_id >= 0 else None,
                 pad_id=settings.pad_id if settings.pad_id >= 0 else None,
                 eos_token_ids=eos_token_ids(settings.tokenizer, tokenizer),
@@ -90,6 +91,13 @@ class Service:
         )
         fingerprint = f"{__version__}|{settings.served_model_name}|{settings.target_model}"
         self.system_fingerprint = "fp_" + hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
+
+    def learn_target(self, interface: TargetInterface) -> None:
+        """Adopt what the target takes (its input names by release, its optional features)."""
+        settings = self.settings
+        self.format.options = adapt_options(
+            self.format.options, interface, seed_input=settings.trtllm_seed_input,
+            min_tokens_input=settings.trtllm_min_tokens_input, token_counts=settings.trtllm_token_counts)
 
     def prepare(self, body: str | bytes, request_id: str = "") -> PreparedRequest:
         """Parse, check, render and plan one request; raises `OpenAIError` for what is refused."""

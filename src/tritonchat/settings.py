@@ -95,15 +95,18 @@ class Settings:
         "`multi_lora.json`",
     )
     trtllm_seed_input: str = setting(
-        "seed", "TensorRT-LLM formats: name of the seed input (`random_seed` in older releases)"
+        "", "TensorRT-LLM formats: name of the seed input; empty: the target's (`seed`, or `random_seed` before "
+        "TensorRT-LLM's rename), read from the server at the first request"
     )
     trtllm_min_tokens_input: str = setting(
-        "min_tokens", "TensorRT-LLM formats: name of the minimum-length input (`min_length` in older releases)"
+        "", "TensorRT-LLM formats: name of the minimum-length input; empty: the target's (`min_tokens`, or "
+        "`min_length` in older releases)"
     )
-    trtllm_token_counts: bool = setting(
-        True,
-        "`trtllm`: ask the ensemble for `num_input_tokens` / `num_output_tokens` (releases that have them); `false`: "
-        "count with the tokenizer",
+    trtllm_token_counts: str = setting(
+        "auto",
+        "`trtllm`: ask the ensemble for `num_input_tokens` / `num_output_tokens`; `auto`: when the target has them "
+        "(else counted with the tokenizer)",
+        ("auto", "true", "false"),
     )
     trtllm_skip_special_tokens: bool = setting(
         True,

@@ -31,6 +31,7 @@ from tools.repositories import (
     add_chat_model,
     add_test_model,
     add_vllm_model,
+    old_release_config,
     tokenizer_with_template,
     tokenizer_with_turn_end,
     write_random_lora,
@@ -128,6 +129,10 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     config.write_text(set_parameter(config.read_text(), "tokenizer_dir", str(eot)))
     for fmt, target in (("trtllm", "ensemble_eot"), ("tensorrt_llm", "tensorrt_llm")):
         chat_model(f"chat_{fmt}_eot", request_format=fmt, **{**trt, "target_model": target, "tokenizer": str(eot)})
+    # An ensemble of an older release (other input names, fewer inputs): learnt from the server.
+    config = add_test_model(repo, "ensemble_old", "trtllm_ensemble") / "config.pbtxt"
+    config.write_text(old_release_config(set_parameter(config.read_text(), "tokenizer_dir", str(tiny_model))))
+    chat_model("chat_trtllm_old", request_format="trtllm", **{**trt, "target_model": "ensemble_old"})
     # An ensemble of a release without num_input_tokens / num_output_tokens: counted here.
     chat_model("chat_trtllm_counting", request_format="trtllm", trtllm_token_counts="false",
                **{**trt, "target_model": "ensemble"})

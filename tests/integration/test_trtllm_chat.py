@@ -204,6 +204,22 @@ def test_a_turn_end_other_than_the_eos_stops_generation(triton, fmt, stream):
     assert (text, reason) == ("Done.", "stop")
 
 
+def test_an_ensemble_of_an_older_release_is_read_from_the_server(triton):
+    """Nothing configured but the target: its older input names (`random_seed`, `min_length`)
+    and missing inputs (token counts, exclude_input_in_output, guided decoding) are learnt
+    from the server's model configuration."""
+    chat = ChatClient(triton.http_url, "chat_trtllm_old")
+    result = chat.stream(user(script(echo_request=True), stream=True, seed=4, min_tokens=1, max_tokens=2000,
+                              stream_options={"include_usage": True}))
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in result.chunks if c["choices"])
+    seen = json.loads(text)["inputs"]
+    assert _value(seen["random_seed"]) == 4 and _value(seen["min_length"]) == 1
+    assert not {"seed", "min_tokens", "exclude_input_in_output", "return_num_input_tokens"} & set(seen)
+    assert result.chunks[-1]["usage"]["completion_tokens"] > 0  # counted here
+    status, body = chat.create(user("Hi", response_format={"type": "json_object"}))
+    assert status == 400 and body["error"]["param"] == "response_format", body
+
+
 def test_structured_outputs_use_guided_decoding(chat):
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     seen = echo(chat, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})

@@ -129,7 +129,7 @@ def sampled_script(script: dict, request, top_k_name: str, top_p_name: str) -> d
     top_k = int(first_value(request, top_k_name, 0) or 0)
     top_p = max(0.0, float(first_value(request, top_p_name, 0.0) or 0.0))
     greedy = temperature == 0.0 or top_k == 1 or (top_k == 0 and top_p == 0.0)
-    seed = int(first_value(request, "seed", 0))
+    seed = int(first_value(request, "seed", first_value(request, "random_seed", 0)))
     text = samples[0] if greedy else samples[random.Random(seed).randrange(len(samples))]
     return {**script, "text": text}
 

@@ -77,6 +77,13 @@ class FormatOptions:
     # Every id that ends a turn (generation_config.json's and the tokenizer's EOS). vLLM
     # stops at all of them itself; TensorRT-LLM takes one `end_id`, the rest go as stop words.
     eos_token_ids: tuple[int, ...] = ()
+    # The target's input names once read from the server (see target.py); None: not known,
+    # so every input is assumed to exist.
+    target_inputs: frozenset[str] | None = None
+
+    def takes(self, name: str) -> bool:
+        """Whether the target has the input `name` (assumed while its interface is unknown)."""
+        return bool(name) and (self.target_inputs is None or name in self.target_inputs)
     lora_task_ids: dict[str, int] = field(default_factory=dict)
 
 

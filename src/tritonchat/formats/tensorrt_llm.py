@@ -68,12 +68,29 @@ class _TensorRtLlmBase(RequestFormat):
         """Strings cut out of the output here (the engine keeps a stop word in its output)."""
         return list(request.sampling.get("stop") or [])
 
+    stop_input = "stop_words"
+
     def check(self, request: GenerationRequest) -> None:
         for key, field in _UNSUPPORTED.items():
             if key in request.sampling:
                 raise BadRequestError(f"'{field}' is not supported by this TensorRT-LLM model.", param=field)
         if request.lora_name and request.lora_name not in self.options.lora_task_ids:
             raise NotFoundError(f"The LoRA adapter {request.lora_name!r} has no task id configured.")
+        options = self.options
+        # What the target's release lacks (known once its interface was read from the server).
+        missing = [
+            ("seed", "seed" in request.sampling and not options.takes(options.seed_input)),
+            ("min_tokens", "min_tokens" in request.sampling and not options.takes(options.min_tokens_input)),
+            ("stop", bool(request.sampling.get("stop")) and not options.takes(self.stop_input)),
+            ("response_format", bool(request.structured) and not options.takes("guided_decoding_guide_type")),
+            ("model", bool(request.lora_name) and not options.takes("lora_task_id")),
+        ]
+        for field, lacking in missing:
+            if lacking:
+                what = "constrained generation (guided decoding)" if field == "response_format" else f"'{field}'"
+                if field == "model":
+                    what = "LoRA adapters"
+                raise BadRequestError(f"The generation model {self.name!r} takes no input for {what}.", param=field)
 
     def _common_inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         sampling = request.sampling
@@ -90,13 +107,15 @@ class _TensorRtLlmBase(RequestFormat):
             inputs[self.options.min_tokens_input] = _one(sampling["min_tokens"], np.int32)
         # Without a seed, releases before per-request random seeds use 0 for every request,
         # so the n choices (one request each) would be the same: draw one per request.
-        seed = sampling["seed"] if "seed" in sampling else random.getrandbits(64)
-        inputs[self.options.seed_input] = _one(seed % 2**64, np.uint64)
+        if self.options.takes(self.options.seed_input):
+            seed = sampling["seed"] if "seed" in sampling else random.getrandbits(64)
+            inputs[self.options.seed_input] = _one(seed % 2**64, np.uint64)
         if self.options.end_id is not None:
             inputs["end_id"] = _one(self.options.end_id, np.int32)
         if self.options.pad_id is not None:
             inputs["pad_id"] = _one(self.options.pad_id, np.int32)
-        inputs["exclude_input_in_output"] = _one(True, np.bool_)
+        if self.options.takes("exclude_input_in_output"):
+            inputs["exclude_input_in_output"] = _one(True, np.bool_)
         if request.structured:
             guide_type, guide = guided_decoding(request.structured)
             inputs["guided_decoding_guide_type"] = _string(guide_type)
@@ -147,7 +166,7 @@ class EnsembleFormat(_TensorRtLlmBase):
             **self._common_inputs(request),
         }
         stops = self.stop_strings(request)
-        if stops:
+        if stops and self.options.takes("stop_words"):
             inputs["stop_words"] = np.array([[stop.encode("utf-8") for stop in stops]], dtype=np.object_)
         if self.options.token_count_outputs:
             inputs["return_num_input_tokens"] = _one(True, np.bool_)
@@ -218,6 +237,7 @@ class TensorRtLlmFormat(_TensorRtLlmBase):
     name = "tensorrt_llm"
     top_k_input = "runtime_top_k"
     top_p_input = "runtime_top_p"
+    stop_input = "stop_words_list"
 
     def check(self, request: GenerationRequest) -> None:
         super().check(request)
@@ -248,7 +268,7 @@ class TensorRtLlmFormat(_TensorRtLlmBase):
             inputs.setdefault("pad_id", _one(pad_id if pad_id is not None else end_id, np.int32))
         words = [tokenizer(stop, add_special_tokens=False).input_ids for stop in request.sampling.get("stop") or []]
         words += [[token] for token in self.stop_token_ids(request)]
-        if words:
+        if words and self.options.takes("stop_words_list"):
             inputs["stop_words_list"] = stop_words_list(words)
         if request.logprobs is not None:
             inputs["return_log_probs"] = _one(True, np.bool_)

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import InternalError, OpenAIError, UnavailableError
 from ..responder import RequestState, Responder
+from ..target import fetch_interface
 from ..service import ChatService, CompletionService, Service
 from ..settings import Settings, flatten_parameters
 from ..transports.base import Transport, pump
@@ -35,6 +36,8 @@ from .metrics import TritonMetrics
 from .sink import INPUT_NAME, OUTPUT_NAME, TritonSink, pb, request_body
 
 log = logging.getLogger("tritonchat")
+# How long to wait before asking the server for the target's configuration again.
+TARGET_RETRY_S = 30.0
 
 
 class OpenAIModel:
@@ -88,6 +91,10 @@ class OpenAIModel:
                                            settings.grpc_cancel, settings.idle_timeout_s, settings.loopback_header_map)
         else:
             self.transport = BlsTransport(settings.target_model, settings.target_model_version, settings.idle_timeout_s)
+        self._target_url = settings.http_url if settings.request_format != "vllm" else ""
+        self._target_known = not self._target_url
+        self._target_asked = -TARGET_RETRY_S
+        self._settings = settings
         self._tasks: set[asyncio.Task] = set()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="chat-loop")
         self._loop_thread.start()
@@ -150,9 +157,33 @@ class OpenAIModel:
         except Exception:  # noqa: BLE001
             log.exception("could not send the error response")
 
+    async def _learn_target(self, loop) -> None:
+        """Read the target's interface from the server once (TensorRT-LLM formats; see
+        target.py): at the first request, since the server's endpoints are not up while models
+        load; retried every TARGET_RETRY_S while the server cannot answer."""
+        if self._target_known or time.monotonic() - self._target_asked < TARGET_RETRY_S:
+            return
+        self._target_asked = time.monotonic()
+        settings = self._settings
+        try:
+            interface = await loop.run_in_executor(
+                self.pool, fetch_interface, self._target_url, settings.target_model, settings.target_model_version,
+                settings.loopback_header_map, 5.0)
+        except Exception as exc:  # noqa: BLE001  (the parameters apply meanwhile)
+            log.warning("could not read %r's configuration from %s (%s); using the parameters",
+                        settings.target_model, self._target_url, exc)
+            return
+        self.service.learn_target(interface)
+        self._target_known = True
+        options = self.service.format.options
+        log.info("%s: target %r (server %s): seed input %r, min-tokens input %r, token counts %s",
+                 self.model_name, settings.target_model, interface.server_version or "?", options.seed_input,
+                 options.min_tokens_input, options.token_count_outputs)
+
     async def _start(self, request, sink: TritonSink, arrived: float) -> None:
         body = request_body(request)
         loop = asyncio.get_running_loop()
+        await self._learn_target(loop)
         prepared = await loop.run_in_executor(self.pool, self.service.prepare, body, request.request_id())
         opened = await asyncio.gather(*(self.transport.open(call) for call in prepared.calls), return_exceptions=True)
         failed = [result for result in opened if isinstance(result, BaseException)]

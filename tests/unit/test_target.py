@@ -1,0 +1,94 @@
+"""Learning the target's interface: input names by TensorRT-LLM release, optional features,
+and 400s naming what the target's release lacks."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from tritonchat.errors import BadRequestError
+from tritonchat.formats import EnsembleFormat, FormatOptions, GenerationRequest, TensorRtLlmFormat
+from tritonchat.target import TargetInterface, adapt_options, fetch_interface
+
+# The ensemble of a release before the renames and the token-count / guided-decoding inputs.
+OLD = TargetInterface(frozenset({"text_input", "max_tokens", "stream", "random_seed", "min_length", "top_p",
+                                 "stop_words", "end_id"}), frozenset({"text_output"}))
+NEW = TargetInterface(frozenset({"text_input", "max_tokens", "stream", "seed", "min_tokens", "top_p", "stop_words",
+                                 "exclude_input_in_output", "return_num_input_tokens", "return_num_output_tokens",
+                                 "guided_decoding_guide_type", "guided_decoding_guide", "lora_task_id"}),
+                      frozenset({"text_output", "num_input_tokens", "num_output_tokens"}))
+
+
+def request(**kw) -> GenerationRequest:
+    return GenerationRequest(**{"prompt": "Hello", "prompt_tokens": 2, "max_tokens": 8, "stream": True, **kw})
+
+
+def test_names_and_features_follow_the_release():
+    old = adapt_options(FormatOptions(), OLD)
+    assert (old.seed_input, old.min_tokens_input, old.token_count_outputs) == ("random_seed", "min_length", False)
+    new = adapt_options(FormatOptions(), NEW)
+    assert (new.seed_input, new.min_tokens_input, new.token_count_outputs) == ("seed", "min_tokens", True)
+    forced = adapt_options(FormatOptions(), OLD, seed_input="my_seed", token_counts="true")
+    assert forced.seed_input == "my_seed" and forced.token_count_outputs is True
+
+
+def test_an_old_ensemble_gets_its_own_names_and_nothing_it_lacks():
+    fmt = EnsembleFormat(adapt_options(FormatOptions(), OLD))
+    inputs = fmt.inputs(request(sampling={"seed": 3, "min_tokens": 2, "stop": ["x"]}))
+    assert inputs["random_seed"][0, 0] == 3 and inputs["min_length"][0, 0] == 2
+    assert not {"seed", "min_tokens", "exclude_input_in_output", "return_num_input_tokens"} & set(inputs)
+    assert fmt.requested_outputs(request()) == ["text_output"]
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"structured": {"json": {"type": "object"}}}, "response_format"),
+    ({"sampling": {"stop": ["x"]}}, "stop"),
+    ({"sampling": {"seed": 1}}, "seed"),
+    ({"sampling": {"min_tokens": 1}}, "min_tokens"),
+])
+def test_what_the_target_lacks_is_a_400_naming_the_field(fields, param, tokenizer):
+    bare = TargetInterface(frozenset({"input_ids", "input_lengths", "request_output_len"}), frozenset({"output_ids"}))
+    fmt = TensorRtLlmFormat(adapt_options(FormatOptions(tokenizer=tokenizer), bare))
+    with pytest.raises(BadRequestError) as info:
+        fmt.check(request(**fields))
+    assert info.value.param == param
+    fmt.check(request())
+    assert "seed" not in fmt.inputs(request())  # no seed input: none drawn either
+
+
+def test_unknown_interface_assumes_every_input():
+    fmt = EnsembleFormat()
+    fmt.check(request(sampling={"seed": 1, "stop": ["x"]}, structured={"json": {}}))
+    assert "seed" in fmt.inputs(request())
+
+
+def test_fetch_interface_reads_the_config_endpoint():
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append((self.path, self.headers.get("x-key")))
+            body = {"/v2": {"name": "triton", "version": "2.51.0"},
+                    "/v2/models/ensemble/config": {"input": [{"name": "random_seed"}], "output": [{"name": "text_output"}]},
+                    }.get(self.path)
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write(json.dumps(body or {"error": "no"}).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"127.0.0.1:{server.server_port}"
+        interface = fetch_interface(url, "ensemble", headers={"x-key": "k"})
+        assert interface == TargetInterface(frozenset({"random_seed"}), frozenset({"text_output"}), "2.51.0")
+        assert ("/v2/models/ensemble/config", "k") in seen
+        with pytest.raises(Exception):  # noqa: B017
+            fetch_interface(url, "missing")
+    finally:
+        server.shutdown()
