@@ -105,7 +105,19 @@ def test_docker_compose_trtllm_profile():
     assert '--chat-parameter "request_format=$${REQUEST_FORMAT}"' in script
     assert "rm -rf /tmp/model_repository/vllm_model" in script
     assert "--model-repository=/models/trtllm --model-repository=/tmp/model_repository" in script
-    assert service["environment"]["REQUEST_FORMAT"] == "${REQUEST_FORMAT:-trtllm}"
+    assert service["environment"]["REQUEST_FORMAT"] == "${REQUEST_FORMAT:-tensorrt_llm}"
+    assert service["environment"]["TARGET_MODEL"] == "${TARGET_MODEL:-tensorrt_llm}"
+
+
+def test_docker_compose_fills_nvidias_templates_for_concurrency_and_guided_decoding():
+    """The preparation commands in the trtllm profile's comments: guided decoding configured on
+    tensorrt_llm, and as many BLS instances as the engine's batch size."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    fill = {m.group(1): line for line in text.splitlines() if (m := re.search(r"\$F /out/(\w+)/config\.pbtxt", line))}
+    for item in ("guided_decoding_backend:xgrammar", "tokenizer_dir:/models/hf", "xgrammar_tokenizer_info_path:/"):
+        assert item in fill["tensorrt_llm"], item
+    batch = re.search(r"triton_max_batch_size:(\d+)", fill["tensorrt_llm"]).group(1)
+    assert f"bls_instance_count:{batch}" in fill["tensorrt_llm_bls"]
 
 
 @pytest.mark.parametrize("model", ["openai_chat", "openai_completions"])
