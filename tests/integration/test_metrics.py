@@ -56,8 +56,9 @@ def test_metrics_after_known_traffic(triton):
 
 
 def test_overload_is_refused_fast_and_the_rest_keep_their_latency(triton):
-    """Twice `max_open_requests` (8) at once: 8 requests are refused with a 503 within
-    milliseconds; the 8 accepted take as long as one alone."""
+    """Twice `max_open_requests` (8) at once: 8 requests are refused with a 503 without queueing
+    (each answered before any accepted one, which streams for 1 s, has finished); the 8 accepted
+    take about as long as one alone."""
     client = ChatClient(triton.http_url, "chat_capped")
     request = {**user(script(chunks=[f"{i} " for i in range(10)], interval_ms=100)), "stream": True}
     alone_started = time.monotonic()
@@ -82,7 +83,7 @@ def test_overload_is_refused_fast_and_the_rest_keep_their_latency(triton):
     assert len(served) >= 8 and len(refused) == 16 - len(served) >= 6  # 16 arrive within a few ms
     for result, seconds in refused:
         assert result.error["error"]["code"] == "service_unavailable"
-        assert seconds < 0.5
+        assert seconds < min(s for _, s in served) / 2
     for result, seconds in served:
         assert result.content == "".join(f"{i} " for i in range(10))
         assert seconds < alone + 1.0
