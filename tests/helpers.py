@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import requests
 
@@ -126,3 +127,16 @@ class GrpcChatClient:
         finally:
             client.stop_stream()
             client.close()
+
+
+def stub_pid(server, model: str) -> int:
+    """The process id of `model`'s Python backend stub on `server` (a TritonServer)."""
+    marker = f"{server.model_repository}/{model}/1/model.py"
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    return int(entry.name)
+            except OSError:
+                continue
+    raise AssertionError(f"no stub for {model}")

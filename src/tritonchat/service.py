@@ -147,9 +147,9 @@ class Service:
                     "A per-request 'chat_template' is not allowed by this server (see its 'trust_request_chat_template').",
                     param="chat_template",
                 )
-            if request.chat_template is not None and private_names(request.chat_template):
+            if request.chat_template is not None and (reached := private_names(request.chat_template)):
                 raise BadRequestError(
-                    f"The chat template reaches for {private_names(request.chat_template)[0]!r}; templates may not use "
+                    f"The chat template reaches for {reached[0]!r}; templates may not use "
                     "names starting with '_'.",
                     param="chat_template",
                 )

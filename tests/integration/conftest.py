@@ -151,13 +151,10 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         chat_model("openai_chat" + suffix, transport=transport, lora_separator=":")
     chat_model("openai_completions", source="openai_completions", lora_separator=":")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"
-    server = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log)
-    server.start()
     try:
-        server.wait_ready(timeout=300)
-        yield server
+        with TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log) as server:
+            yield server
     finally:
-        server.stop()
         print(f"\ntritonserver log: {log}")
 
 

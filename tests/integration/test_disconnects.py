@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import script
+from tests.helpers import script, stub_pid
 from tools.storm import server_answers, storm
 
 pytestmark = pytest.mark.integration
@@ -76,18 +76,6 @@ def test_normal_traffic_logs_no_error(triton, server_log, model):
     assert errors == []
 
 
-def _stub_of(triton, model: str) -> int:
-    marker = f"{triton.model_repository}/{model}/1/model.py"
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    return int(entry.name)
-            except OSError:
-                continue
-    raise AssertionError(f"no stub for {model}")
-
-
 def _threads_and_fds(pid: int) -> tuple[int, int]:
     status = Path(f"/proc/{pid}/status").read_text()
     threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
@@ -114,7 +102,7 @@ def test_a_storm_on_the_engine_cancels_its_work_and_leaks_nothing(triton):
     body = json.dumps({"request": json.dumps({
         "messages": [{"role": "user", "content": "Tell me a long story."}], "stream": True,
         "max_completion_tokens": 64, "ignore_eos": True})}).encode()
-    stub = _stub_of(triton, "openai_chat")
+    stub = stub_pid(triton, "openai_chat")
     settled = []
     for seed in (21, 22):
         result = asyncio.run(storm(triton.http_url, "openai_chat", streams=200, concurrency=32, max_tokens=64,

@@ -10,11 +10,10 @@ import signal
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tests.helpers import ChatClient, script, user
+from tests.helpers import ChatClient, script, stub_pid, user
 from tools.repositories import add_chat_model, add_test_model
 from tools.tritonlocal import TritonServer, free_port
 
@@ -33,14 +32,9 @@ def server(tmp_path_factory, tiny_model):
                        tokenizer=str(tiny_model), served_model_name="scripted", idle_timeout_s="3",
                        http_url=f"127.0.0.1:{http_port}", grpc_url=f"127.0.0.1:{grpc_port}")
     log = tmp_path_factory.getbasetemp() / "faults-tritonserver.log"
-    triton = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log,
-                          extra_args=["--model-control-mode=explicit", "--load-model=*"])
-    triton.start()
-    try:
-        triton.wait_ready(timeout=300)
+    with TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log,
+                      extra_args=["--model-control-mode=explicit", "--load-model=*"]) as triton:
         yield triton
-    finally:
-        triton.stop()
 
 
 def repository(server, model: str, action: str) -> None:
@@ -72,18 +66,6 @@ def test_an_unloaded_generation_model_is_a_503_until_it_is_back(server, transpor
     finally:
         repository(server, "scripted_vllm", "load")
     assert ok(client)
-
-
-def stub_pid(server, model: str) -> int:
-    marker = f"{server.model_repository}/{model}/1/model.py"
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    return int(entry.name)
-            except OSError:
-                continue
-    raise AssertionError(f"no stub for {model}")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

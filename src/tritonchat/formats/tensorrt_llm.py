@@ -56,6 +56,7 @@ class _TensorRtLlmBase(RequestFormat):
     reports_finish_reason = False
     top_k_input = "top_k"
     top_p_input = "top_p"
+    stop_input = "stop_words"
 
     def extra_eos_ids(self) -> list[int]:
         """Ids that end a turn besides the `end_id` the engine gets (sent as stop words)."""
@@ -68,8 +69,6 @@ class _TensorRtLlmBase(RequestFormat):
         """Strings cut out of the output here (the engine keeps a stop word in its output)."""
         return list(request.sampling.get("stop") or [])
 
-    stop_input = "stop_words"
-
     def check(self, request: GenerationRequest) -> None:
         for key, field in _UNSUPPORTED.items():
             if key in request.sampling:
@@ -79,17 +78,16 @@ class _TensorRtLlmBase(RequestFormat):
         options = self.options
         # What the target's release lacks (known once its interface was read from the server).
         missing = [
-            ("seed", "seed" in request.sampling and not options.takes(options.seed_input)),
-            ("min_tokens", "min_tokens" in request.sampling and not options.takes(options.min_tokens_input)),
-            ("stop", bool(request.sampling.get("stop")) and not options.takes(self.stop_input)),
-            ("response_format", bool(request.structured) and not options.takes("guided_decoding_guide_type")),
-            ("model", bool(request.lora_name) and not options.takes("lora_task_id")),
+            ("seed", "'seed'", "seed" in request.sampling and not options.takes(options.seed_input)),
+            ("min_tokens", "'min_tokens'",
+             "min_tokens" in request.sampling and not options.takes(options.min_tokens_input)),
+            ("stop", "'stop'", bool(request.sampling.get("stop")) and not options.takes(self.stop_input)),
+            ("response_format", "constrained generation (guided decoding)",
+             bool(request.structured) and not options.takes("guided_decoding_guide_type")),
+            ("model", "LoRA adapters", bool(request.lora_name) and not options.takes("lora_task_id")),
         ]
-        for field, lacking in missing:
+        for field, what, lacking in missing:
             if lacking:
-                what = "constrained generation (guided decoding)" if field == "response_format" else f"'{field}'"
-                if field == "model":
-                    what = "LoRA adapters"
                 raise BadRequestError(f"The generation model {self.name!r} takes no input for {what}.", param=field)
 
     def _common_inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:

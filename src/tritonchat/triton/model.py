@@ -94,7 +94,6 @@ class OpenAIModel:
         self._target_url = settings.http_url if settings.request_format != "vllm" else ""
         self._target_known = not self._target_url
         self._target_asked = -TARGET_RETRY_S
-        self._settings = settings
         self._tasks: set[asyncio.Task] = set()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="chat-loop")
         self._loop_thread.start()
@@ -164,7 +163,7 @@ class OpenAIModel:
         if self._target_known or time.monotonic() - self._target_asked < TARGET_RETRY_S:
             return
         self._target_asked = time.monotonic()
-        settings = self._settings
+        settings = self.service.settings
         try:
             interface = await loop.run_in_executor(
                 self.pool, fetch_interface, self._target_url, settings.target_model, settings.target_model_version,
