@@ -78,7 +78,8 @@ class Service:
         self.names = ModelNames(settings.served_model_name, settings.lora_separator, settings.lora_adapters)
         self.format: RequestFormat = FORMATS[settings.request_format](
             FormatOptions(
-                structured_outputs_key=settings.structured_outputs_key,
+                target_model=settings.target_model,
+                structured_outputs_key=settings.structured_outputs_key or "structured_outputs",
                 tokenizer=tokenizer,
                 seed_input=settings.trtllm_seed_input or "seed",
                 min_tokens_input=settings.trtllm_min_tokens_input or "min_tokens",
@@ -97,7 +98,8 @@ class Service:
         settings = self.settings
         self.format.options = adapt_options(
             self.format.options, interface, seed_input=settings.trtllm_seed_input,
-            min_tokens_input=settings.trtllm_min_tokens_input, token_counts=settings.trtllm_token_counts)
+            min_tokens_input=settings.trtllm_min_tokens_input, token_counts=settings.trtllm_token_counts,
+            structured_outputs_key=settings.structured_outputs_key)
 
     def prepare(self, body: str | bytes, request_id: str = "") -> PreparedRequest:
         """Parse, check, render and plan one request; raises `OpenAIError` for what is refused."""

@@ -54,7 +54,7 @@ class Settings:
         TRANSPORTS,
         user=True,
     )
-    http_url: str = setting("localhost:8000", "this server's HTTP endpoint, for `transport: http`", user=True)
+    http_url: str = setting("localhost:8000", "this server's HTTP endpoint, for `transport: http` and for reading the target's configuration", user=True)
     grpc_url: str = setting("localhost:8001", "this server's gRPC endpoint, for `transport: grpc`", user=True)
     loopback_headers: str = setting(
         "",
@@ -85,9 +85,10 @@ class Settings:
     )
     trust_request_chat_template: bool = setting(False, "whether a request may bring its own `chat_template`")
     structured_outputs_key: str = setting(
-        "structured_outputs",
-        "the vLLM backend's sampling-parameters key for constrained generation (`guided_decoding` in Triton "
-        "25.01-25.10)",
+        "",
+        "the vLLM backend's sampling-parameters key for constrained generation; empty: the target's, read from "
+        "the server at the first request (`structured_outputs` from Triton 25.11, `guided_decoding` in "
+        "25.01-25.10, none before)",
     )
     lora_separator: str = setting(
         "",

@@ -133,6 +133,15 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     config = add_test_model(repo, "ensemble_old", "trtllm_ensemble") / "config.pbtxt"
     config.write_text(old_release_config(set_parameter(config.read_text(), "tokenizer_dir", str(tiny_model))))
     chat_model("chat_trtllm_old", request_format="trtllm", **{**trt, "target_model": "ensemble_old"})
+    # The vLLM backend of Triton 25.01-25.10 (no `embedding_request`, `guided_decoding` key).
+    config = add_test_model(repo, "scripted_vllm_2510", "scripted_vllm") / "config.pbtxt"
+    config.write_text(set_parameter(
+        "\n".join(line for line in config.read_text().splitlines() if '"embedding_request"' not in line)
+        .replace("optional: true },\n]", "optional: true }\n]"),
+        "structured_outputs_key", "guided_decoding"))
+    chat_model("chat_scripted_2510", **{**scripted, "target_model": "scripted_vllm_2510"})
+    chat_model("chat_scripted_2510_key", structured_outputs_key="guided_decoding",
+               **{**scripted, "target_model": "scripted_vllm_2510"})
     # An ensemble of a release without num_input_tokens / num_output_tokens: counted here.
     chat_model("chat_trtllm_counting", request_format="trtllm", trtllm_token_counts="false",
                **{**trt, "target_model": "ensemble"})

@@ -18,7 +18,7 @@ import pytest
 import requests
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.helpers import GrpcChatClient, script, user
+from tests.helpers import ChatClient, GrpcChatClient, script, user
 
 pytestmark = pytest.mark.integration
 
@@ -368,3 +368,30 @@ def test_grpc_cancel_true_cancels_the_generation(triton, server_log):
     log_text = wait_for_markers(server_log, markers)
     for marker in markers:
         assert marker in log_text
+
+
+def _structured_request(text: str) -> dict:
+    return user(text, max_tokens=2000, response_format={"type": "json_object"})
+
+
+def test_the_structured_outputs_key_follows_the_vllm_backend_release(triton):
+    """The key for constrained generation is learnt from the target: `structured_outputs` for
+    the 25.11 interface (`embedding_request` present); for the 25.01-25.10 interface on this
+    2.51 server no release with constrained generation matches, so it is refused with a 400
+    rather than failing in the backend; the parameter names the key where the server cannot."""
+    newer = ChatClient(triton.http_url, "chat_scripted")
+    _, body = newer.create(_structured_request(script(echo_request=True)))
+    seen = json.loads(body["choices"][0]["message"]["content"])["sampling_parameters"]
+    assert json.loads(seen["structured_outputs"]) == {"json_object": True} and "guided_decoding" not in seen
+
+    older = ChatClient(triton.http_url, "chat_scripted_2510")
+    status, body = older.create(_structured_request("Hi"))
+    assert status == 400 and body["error"]["param"] == "response_format", body
+    assert "25.01" in body["error"]["message"]
+    status, body = older.create(user("Hi"))
+    assert status == 200, body
+
+    named = ChatClient(triton.http_url, "chat_scripted_2510_key")
+    _, body = named.create(_structured_request(script(echo_request=True)))
+    seen = json.loads(body["choices"][0]["message"]["content"])["sampling_parameters"]
+    assert json.loads(seen["guided_decoding"]) == {"json_object": True} and "structured_outputs" not in seen

@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from tritonchat.errors import BadRequestError
-from tritonchat.formats import EnsembleFormat, FormatOptions, GenerationRequest, TensorRtLlmFormat
+from tritonchat.errors import BadRequestError, InternalError
+from tritonchat.formats import EnsembleFormat, FormatOptions, GenerationRequest, TensorRtLlmFormat, VllmFormat
 from tritonchat.target import TargetInterface, adapt_options, fetch_interface
 
 # The ensemble of a release before the renames and the token-count / guided-decoding inputs.
@@ -92,3 +92,49 @@ def test_fetch_interface_reads_the_config_endpoint():
             fetch_interface(url, "missing")
     finally:
         server.shutdown()
+
+
+# Triton's vLLM backend by release: 24.12 (the return_* inputs), 25.01-25.10 and 25.11 (which
+# added `embedding_request`).
+VLLM_2412_INPUTS = frozenset({"text_input", "stream", "sampling_parameters", "exclude_input_in_output", "image",
+                              "return_finish_reason", "return_cumulative_logprob", "return_logprobs",
+                              "return_num_input_tokens", "return_num_output_tokens"})
+VLLM_OUTPUTS = frozenset({"text_output", "finish_reason", "num_input_tokens", "num_output_tokens"})
+
+
+@pytest.mark.parametrize(("inputs", "version", "key"), [
+    (VLLM_2412_INPUTS | {"embedding_request"}, "2.63.0", "structured_outputs"),
+    (VLLM_2412_INPUTS | {"embedding_request"}, "2.51.0", "structured_outputs"),  # a backend newer than the server
+    (VLLM_2412_INPUTS, "2.62.0", "guided_decoding"),
+    (VLLM_2412_INPUTS, "2.54.0", "guided_decoding"),
+    (VLLM_2412_INPUTS, "2.53.0", ""),
+    (VLLM_2412_INPUTS, "2.53.0dev", ""),
+    (VLLM_2412_INPUTS, "", "structured_outputs"),  # version unknown: the current release's
+])
+def test_the_vllm_structured_outputs_key_follows_the_release(inputs, version, key):
+    options = adapt_options(FormatOptions(), TargetInterface(inputs, VLLM_OUTPUTS, version))
+    assert options.structured_outputs_key == key
+    assert adapt_options(FormatOptions(), TargetInterface(inputs, VLLM_OUTPUTS, version),
+                         structured_outputs_key="my_key").structured_outputs_key == "my_key"
+
+
+def test_a_vllm_release_without_constrained_generation_refuses_it_with_a_400():
+    fmt = VllmFormat(adapt_options(FormatOptions(target_model="vllm_model"),
+                                   TargetInterface(VLLM_2412_INPUTS, VLLM_OUTPUTS, "2.53.0")))
+    with pytest.raises(BadRequestError) as info:
+        fmt.check(request(structured={"json": {"type": "object"}}))
+    assert info.value.param == "response_format"
+    fmt.check(request())
+    guided = VllmFormat(adapt_options(FormatOptions(), TargetInterface(VLLM_2412_INPUTS, VLLM_OUTPUTS, "2.60.0")))
+    params = guided.sampling_parameters(request(structured={"json": {"type": "object"}}))
+    assert json.loads(params["guided_decoding"]) == {"json": {"type": "object"}} and "structured_outputs" not in params
+
+
+def test_a_vllm_backend_before_24_12_is_named_as_too_old():
+    old = frozenset({"text_input", "stream", "sampling_parameters", "exclude_input_in_output"})
+    fmt = VllmFormat(adapt_options(FormatOptions(target_model="vllm_model"),
+                                   TargetInterface(old, frozenset({"text_output"}), "2.51.0")))
+    with pytest.raises(InternalError) as info:
+        fmt.check(request())
+    assert "'vllm_model'" in str(info.value) and "return_num_input_tokens" in str(info.value)
+    assert "24.12" in str(info.value)

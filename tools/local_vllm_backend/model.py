@@ -29,8 +29,9 @@ their message in both. A cancelled stream ends with a CANCELLED error response; 
 cancellation also aborts the request in the engine.
 
 Differences from the real backend:
-- Not provided: the `image` input (multimodal prompts), the `embedding_request` input
-  (reserved for Triton's OpenAI frontend) and the `GPU_DEVICE_IDS` parameter; of the
+- Not provided: the `image` input (multimodal prompts), embeddings (the `embedding_request`
+  input is declared, as from 25.11, but a request using it fails) and the `GPU_DEVICE_IDS`
+  parameter; of the
   `REPORT_CUSTOM_METRICS` metrics bridge only the `vllm:num_requests_running` gauge (labels
   `model`, `version`), kept by this backend's own count of running requests.
   `ENABLE_VLLM_HEALTH_CHECK` is implemented.
@@ -163,7 +164,8 @@ INPUTS = [
     {"name": "return_logprobs", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
     {"name": "return_num_input_tokens", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
     {"name": "return_num_output_tokens", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
-    # `embedding_request` (reserved for Triton's OpenAI frontend) is not provided.
+    # Declared as from 25.11 (reserved for Triton's OpenAI frontend); embeddings are not served here.
+    {"name": "embedding_request", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
 ]
 OUTPUTS = [
     {"name": "text_output", "data_type": "TYPE_STRING", "dims": [-1]},
@@ -244,6 +246,8 @@ def parse_generate_inputs(request) -> GenerateInputs:
     if isinstance(prompt, bytes):
         prompt = prompt.decode("utf-8")
 
+    if pb_utils.get_input_tensor_by_name(request, "embedding_request") is not None:
+        raise ValueError("Embedding requests are not supported by this backend.")
     stream = bool(_optional_bool(request, "stream"))
 
     # exclude_input_in_output: present -> its negation; absent -> stream ? False : True.

@@ -66,6 +66,7 @@ class GenerationOutput:
 class FormatOptions:
     """What a request format needs to know about the deployment (config parameters)."""
 
+    target_model: str = ""
     structured_outputs_key: str = "structured_outputs"
     tokenizer: Any = None
     # TensorRT-LLM: input names that changed between releases, ids, capabilities.

@@ -88,7 +88,7 @@ class _TensorRtLlmBase(RequestFormat):
         ]
         for field, what, lacking in missing:
             if lacking:
-                raise BadRequestError(f"The generation model {self.name!r} takes no input for {what}.", param=field)
+                raise BadRequestError(f"The generation model {self.options.target_model!r} takes no input for {what}.", param=field)
 
     def _common_inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         sampling = request.sampling

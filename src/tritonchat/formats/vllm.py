@@ -12,10 +12,13 @@ import json
 
 import numpy as np
 
-from ..errors import BadRequestError
+from ..errors import BadRequestError, InternalError
 from .base import GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
 
 _OUTPUTS = ["text_output", "finish_reason", "num_input_tokens", "num_output_tokens"]
+# Inputs every request sends; the backend has them from Triton 24.12.
+_REQUIRED_INPUTS = ("exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
+                    "return_num_output_tokens")
 _TRUE = np.array([True])
 
 
@@ -64,6 +67,19 @@ class VllmFormat(RequestFormat):
             raise BadRequestError(
                 "'logit_bias' is not supported by Triton's vLLM backend: it passes the token ids to vLLM "
                 "as JSON strings, which vLLM cannot use.", param="logit_bias")
+        options = self.options
+        lacking = [name for name in _REQUIRED_INPUTS if not options.takes(name)]
+        if lacking:
+            raise InternalError(
+                f"The generation model {self.options.target_model!r} has no input {', '.join(map(repr, lacking))}: this needs "
+                "Triton's vLLM backend from release 24.12.")
+        if request.structured and not options.structured_outputs_key:
+            raise BadRequestError(
+                "Constrained generation (response_format, or a named or required tool_choice) needs Triton's vLLM "
+                "backend from release 25.01; the generation model's release has none.", param="response_format")
+        if request.logprobs is not None and not options.takes("return_logprobs"):
+            raise BadRequestError(
+                f"The generation model {self.options.target_model!r} takes no input for log probabilities.", param="logprobs")
 
     def sampling_parameters(self, request: GenerationRequest) -> dict:
         params = {"max_tokens": request.max_tokens, **request.sampling}

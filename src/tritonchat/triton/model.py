@@ -91,8 +91,8 @@ class OpenAIModel:
                                            settings.grpc_cancel, settings.idle_timeout_s, settings.loopback_header_map)
         else:
             self.transport = BlsTransport(settings.target_model, settings.target_model_version, settings.idle_timeout_s)
-        self._target_url = settings.http_url if settings.request_format != "vllm" else ""
-        self._target_known = not self._target_url
+        self._target_url = settings.http_url
+        self._target_known = False
         self._target_asked = -TARGET_RETRY_S
         self._tasks: set[asyncio.Task] = set()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="chat-loop")
@@ -157,8 +157,7 @@ class OpenAIModel:
             log.exception("could not send the error response")
 
     async def _learn_target(self, loop) -> None:
-        """Read the target's interface from the server once (TensorRT-LLM formats; see
-        target.py): at the first request, since the server's endpoints are not up while models
+        """Read the target's interface from the server once (see target.py): at the first request, since the server's endpoints are not up while models
         load; retried every TARGET_RETRY_S while the server cannot answer."""
         if self._target_known or time.monotonic() - self._target_asked < TARGET_RETRY_S:
             return
@@ -175,9 +174,10 @@ class OpenAIModel:
         self.service.learn_target(interface)
         self._target_known = True
         options = self.service.format.options
-        log.info("%s: target %r (server %s): seed input %r, min-tokens input %r, token counts %s",
-                 self.model_name, settings.target_model, interface.server_version or "?", options.seed_input,
-                 options.min_tokens_input, options.token_count_outputs)
+        log.info("%s: target %r (server %s): seed input %r, min-tokens input %r, token counts %s, "
+                 "structured-outputs key %r", self.model_name, settings.target_model,
+                 interface.server_version or "?", options.seed_input, options.min_tokens_input,
+                 options.token_count_outputs, options.structured_outputs_key)
 
     async def _start(self, request, sink: TritonSink, arrived: float) -> None:
         body = request_body(request)

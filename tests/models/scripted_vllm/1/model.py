@@ -15,7 +15,11 @@ Behaviour follows the vLLM backend: delta text when streaming (exclude_input_in_
 must not be false then), one response with the whole text otherwise, FINAL on the last
 response, `finish_reason` "None" until the end, errors as one final response with
 text_output ["N/A"], cancellation answered with a CANCELLED error. `logit_bias` in the
-sampling parameters fails the request with an empty reason, as on the real backend.
+sampling parameters fails the request with an empty reason, as on the real backend. The
+sampling parameters are checked as the backend's release does (config parameter
+`structured_outputs_key`): the other release's constrained-generation key fails the request
+with the real backend's message; `embedding_request` is refused (only Triton's OpenAI frontend
+sends it).
 """
 
 import json
@@ -43,6 +47,8 @@ def _script(prompt: str) -> dict:
 
 class TritonPythonModel:
     def initialize(self, args):
+        parameters = json.loads(args["model_config"]).get("parameters", {})
+        self.structured_key = parameters.get("structured_outputs_key", {}).get("string_value", "structured_outputs")
         self.active = 0
         self.lock = threading.Lock()
 
@@ -78,6 +84,13 @@ class TritonPythonModel:
             raise ValueError("When streaming, `exclude_input_in_output` = False is not allowed.")
         params_tensor = pb_utils.get_input_tensor_by_name(request, "sampling_parameters")
         params = json.loads(params_tensor.as_numpy()[0]) if params_tensor is not None else {}
+        unknown = {"structured_outputs", "guided_decoding"} - {self.structured_key}
+        if unknown & set(params):
+            # TritonSamplingParams(**params) raises on a key SamplingParams lacks; the backend
+            # logs it, returns None, then fails on it (vllm_backend src/utils/vllm_backend_utils.py).
+            raise AttributeError("'NoneType' object has no attribute 'lora_name'")
+        if pb_utils.get_input_tensor_by_name(request, "embedding_request") is not None:
+            raise ValueError("embedding requests are not served by this stand-in")
         if params.get("logit_bias"):
             # The real backend hands vLLM the JSON object as is (string token ids), and the
             # engine's failure carries no message (vLLM's EngineGenerateError).
