@@ -49,7 +49,8 @@ class Settings:
     transport: str = setting(
         "http",
         "how the generation stream is read: `http` (a `generate_stream` request to this server's HTTP endpoint), "
-        "`grpc` (a streaming call to its gRPC endpoint) or `bls` (Python-backend BLS); see "
+        "`grpc` (a streaming call to its gRPC endpoint; needs the `grpc` extra, `tritonchat[grpc]`) or `bls` "
+        "(Python-backend BLS); see "
         "[Transports](#transports-http-grpc-and-bls)",
         TRANSPORTS,
         user=True,

@@ -76,6 +76,12 @@ class GrpcTransport:
         self.drain_timeout = drain_timeout  # 0: never cancel a drained call
         self._stub = None
         self._channel = None
+        try:  # checked at model load, not at the first request
+            import tritonclient.grpc  # noqa: F401, PLC0415
+        except ImportError as exc:
+            raise RuntimeError(
+                "transport: grpc needs tritonclient[grpc], which is not installed here; install "
+                "`tritonchat[grpc]`, or use transport: http (the default)") from exc
 
     def _ensure_stub(self):
         if self._stub is None:
