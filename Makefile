@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 ENV_STAMP := $(VENV)/.ready-$(shell cat requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh | sha1sum | cut -c1-12)
 TINY_MODEL := build/tiny-chat
 
-.PHONY: setup serve test unit bench fuzz soak clean
+.PHONY: setup serve test unit bench fuzz soak clean gateway
 
 setup: $(ENV_STAMP) $(TINY_MODEL)/.complete
 
@@ -24,6 +24,11 @@ $(TINY_MODEL)/.complete: $(ENV_STAMP) tools/make_tiny_model.py tools/tiny_model_
 
 serve: setup
 	$(PY) tools/serve.py $(if $(MODEL),--model $(MODEL)) $(if $(SERVED_MODEL_NAME),--served-model-name $(SERVED_MODEL_NAME))
+
+# The OpenAI-compatible gateway on port 9000, in front of the server `make serve` runs.
+GATEWAY_ARGS ?=
+gateway: setup
+	$(PY) -m tritonchat.gateway --port 9000 $(GATEWAY_ARGS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -214,7 +214,17 @@ def parse_chat_event(event: dict) -> Event:
     """One `generate_stream` event of `openai_chat`: a `chat.completion.chunk` in `response`."""
     if "error" in event:
         raise _error("chat", event["error"])
-    chunk = json.loads(event["response"])
+    return parse_chunk(json.loads(event["response"]))
+
+
+def parse_gateway_event(event: dict) -> Event:
+    """One server-sent event of the OpenAI-compatible gateway: the chunk itself."""
+    if "error" in event:
+        raise _error("gateway", event["error"])
+    return parse_chunk(event)
+
+
+def parse_chunk(chunk: dict) -> Event:
     text = "".join(choice["delta"].get("content") or "" for choice in chunk.get("choices") or ())
     usage = chunk.get("usage")
     if usage:
@@ -230,13 +240,14 @@ class Target:
     """One side of a pair: a model and the exact `generate_stream` body sent to it."""
 
     pair: str  # "vllm" or "scripted"
-    side: str  # "raw" or "chat"
+    side: str  # "raw", "chat" or "gateway"
     model: str
     body: dict
+    url: str = ""  # where to POST; default: the model's generate_stream on the server
 
     @property
     def parse(self):
-        return parse_chat_event if self.side == "chat" else parse_raw_event
+        return {"chat": parse_chat_event, "gateway": parse_gateway_event}.get(self.side, parse_raw_event)
 
     @property
     def sums_tokens(self) -> bool:
@@ -311,7 +322,7 @@ def build_targets(args, renderer: Renderer) -> list[tuple[Target, Target]]:
 
 
 async def stream_one(session, base_url: str, target: Target, payload: bytes, expect_tokens: int) -> RequestResult:
-    url = f"{base_url}/v2/models/{target.model}/generate_stream"
+    url = target.url or f"{base_url}/v2/models/{target.model}/generate_stream"
     parse = target.parse
     start = time.perf_counter()
     result = RequestResult(start=start, end=start)
@@ -320,7 +331,7 @@ async def stream_one(session, base_url: str, target: Target, payload: bytes, exp
         if response.status != 200:
             raise BenchError(f"{target.side} {target.model}: HTTP {response.status}: {(await response.text())[:500]}")
         async for line in response.content:
-            if not line.startswith(b"data: "):
+            if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
                 continue
             now = time.perf_counter()
             if result.first_event is None:

@@ -83,7 +83,7 @@ def prepare_repository(
     chat_parameters: dict[str, str] | None = None,
 ) -> Path:
     """Copy `src` to `dst` (replacing it), rewrite `<vllm_model>/1/model.json`, and set
-    `chat_parameters` in the chat and completions models' config.pbtxt."""
+    `chat_parameters` (and `served_model_name`) in the chat and completions models' config.pbtxt."""
     if dst.exists():
         shutil.rmtree(dst)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -100,6 +100,8 @@ def prepare_repository(
             args["served_model_name"] = served_model_name
         args.update(engine_args or {})
         model_json.write_text(json.dumps(args, indent=2) + "\n")
+    if served_model_name:  # also on the chat models, where clients (the gateway's /v1/models) can read it
+        chat_parameters = {"served_model_name": served_model_name, **(chat_parameters or {})}
     for name in CHAT_MODELS:
         config_path = dst / name / "config.pbtxt"
         if chat_parameters and config_path.is_file():

@@ -153,6 +153,12 @@ class Settings:
     )
     max_tools: int = setting(128, "most `tools` in a request")
     max_logit_bias: int = setting(300, "most `logit_bias` entries")
+    text_output: bool = setting(
+        False,
+        "also send a plain `text_output` output with each response: its new text (the choices' content, or "
+        "`text`, in order; empty for role-only and usage chunks), for benchmark tools that read text "
+        "(see [Benchmark](#benchmark))",
+    )
     metrics: bool = setting(True, "report `tritonchat_*` metrics on Triton's metrics endpoint (see [Metrics](#metrics))")
     idle_timeout_s: float = setting(
         600.0, "a generation model silent this long ends the request with a 503 error (0: never)"

@@ -112,6 +112,7 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     chat_model("chat_scripted_cancel", transport="grpc", grpc_cancel="true", **scripted)
     chat_model("chat_metrics", **scripted)  # only test_metrics.py uses it: its counts are exact
     chat_model("chat_capped", max_open_requests="8", **scripted)
+    chat_model("chat_text_output", text_output="true", **scripted)
     # Chat templates of other shapes than the tiny model's (see OTHER_TEMPLATES).
     for name, template in OTHER_TEMPLATES.items():
         tokenizer_dir = tokenizer_with_template(tiny_model, tmp_path_factory.mktemp(name) / "tokenizer", template)

@@ -395,3 +395,27 @@ def test_the_structured_outputs_key_follows_the_vllm_backend_release(triton):
     _, body = named.create(_structured_request(script(echo_request=True)))
     seen = json.loads(body["choices"][0]["message"]["content"])["sampling_parameters"]
     assert json.loads(seen["guided_decoding"]) == {"json_object": True} and "structured_outputs" not in seen
+
+
+def test_text_output_carries_each_responses_new_text(triton):
+    """With `text_output: true`, every response also has the plain new text (for benchmark
+    tools that read text); role-only and usage chunks have "". Off by default."""
+    chunks = ["Hel", "lo", " wörld"]
+    request = {**user(script(chunks=chunks)), "stream": True, "stream_options": {"include_usage": True}}
+    url = f"http://{triton.http_url}/v2/models/chat_text_output/generate_stream"
+    with requests.post(url, json={"request": json.dumps(request)}, stream=True, timeout=30) as r:
+        events = [json.loads(line[len(b"data: "):]) for line in r.iter_lines() if line.startswith(b"data: ")]
+    texts = [event["text_output"] for event in events]
+    # Deltas may merge under load; each event's text is its own chunk's content.
+    assert texts[0] == "" and texts[-1] == "" and "".join(texts) == "".join(chunks)  # role, usage: ""
+    for event in events:
+        choices = json.loads(event["response"])["choices"]
+        assert event["text_output"] == "".join(c["delta"].get("content") or "" for c in choices)
+    whole = requests.post(f"http://{triton.http_url}/v2/models/chat_text_output/generate",
+                          json={"request": json.dumps(user(script(chunks=chunks)))}, timeout=30).json()
+    assert whole["text_output"] == "Hello wörld"
+    plain = requests.post(f"http://{triton.http_url}/v2/models/chat_scripted/generate",
+                          json={"request": json.dumps(user("Hi"))}, timeout=30).json()
+    assert "text_output" not in plain
+    config = requests.get(f"http://{triton.http_url}/v2/models/chat_text_output/config", timeout=10).json()
+    assert [o["name"] for o in config["output"]] == ["response", "text_output"]

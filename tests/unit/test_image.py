@@ -61,7 +61,8 @@ def _constraints() -> dict[str, Requirement]:
 def test_constraints_cover_the_runtime_and_admit_the_tested_versions():
     constraints = _constraints()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    needed = [Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["grpc"]]
+    extras = [r for group in project["optional-dependencies"].values() for r in group]
+    needed = [Requirement(r) for r in project["dependencies"] + extras]
     for requirement in needed:
         assert requirement.name in constraints, requirement.name
         tested = importlib.metadata.version(requirement.name)
@@ -119,3 +120,13 @@ def test_install_adds_what_is_missing_and_refuses_to_change_what_is_there(tmp_pa
         assert re.search(r"added (.*)", result.stdout).group(1) == added
     else:
         assert "shipped 2.0 -> 1.0" in result.stderr
+
+
+def test_compose_gateway_service_calls_the_triton_service():
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    gateway = services["gateway"]
+    assert gateway["image"] == services["triton"]["image"]
+    command = gateway["command"]
+    assert command[:3] == ["python3", "-m", "tritonchat.gateway"] and "9000:9000" in gateway["ports"]
+    assert command[command.index("--http-url") + 1] == "triton:8000"
+    assert gateway["depends_on"]["triton"]["condition"] == "service_healthy"

@@ -62,6 +62,8 @@ def test_prepare_repository(tmp_path):
     assert args["model"] == "/m/x" and args["served_model_name"] == "x"
     assert args["dtype"] == "float32" and args["max_model_len"] == 512
     assert (dst / "openai_chat" / "1" / "model.py").read_text() == (REPO / "openai_chat" / "1" / "model.py").read_text()
+    for model in ("openai_chat", "openai_completions"):  # readable by clients, e.g. the gateway's /v1/models
+        assert 'key: "served_model_name", value: { string_value: "x" }' in (dst / model / "config.pbtxt").read_text()
 
 
 def test_prepare_repository_command(tmp_path, capsys):

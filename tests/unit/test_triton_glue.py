@@ -15,6 +15,7 @@ import pytest
 
 from tests.unit import fakes
 from tritonchat.triton import OpenAIChatModel, OpenAICompletionsModel
+from tritonchat.triton.sink import payload_text
 
 
 def vllm_response(text: str, reason: str | None = None, tokens: int = 1) -> fakes.InferenceResponse:
@@ -85,11 +86,16 @@ def test_auto_complete_config_declares_the_interface():
     calls = {}
 
     class Config:
+        parameters = {}
+
+        def as_dict(self):
+            return {"parameters": self.parameters}
+
         def add_input(self, spec):
             calls["input"] = spec
 
         def add_output(self, spec):
-            calls["output"] = spec
+            calls.setdefault("outputs", []).append(spec)
 
         def set_max_batch_size(self, size):
             calls["max_batch_size"] = size
@@ -101,10 +107,29 @@ def test_auto_complete_config_declares_the_interface():
     assert OpenAIChatModel.auto_complete_config(config) is config
     assert calls == {
         "input": {"name": "request", "data_type": "TYPE_STRING", "dims": [1]},
-        "output": {"name": "response", "data_type": "TYPE_STRING", "dims": [1]},
+        "outputs": [{"name": "response", "data_type": "TYPE_STRING", "dims": [1]}],
         "max_batch_size": 0,
         "policy": {"decoupled": True},
     }
+    calls.clear()
+    config.parameters = {"text_output": {"string_value": "true"}}
+    OpenAIChatModel.auto_complete_config(config)
+    assert [spec["name"] for spec in calls["outputs"]] == ["response", "text_output"]
+
+
+@pytest.mark.parametrize(("payload", "text"), [
+    ({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}, ""),
+    ({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": "Hel"}},
+                                                     {"index": 1, "delta": {"content": "lo"}}]}, "Hello"),
+    ({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"reasoning_content": "hm"}}]}, ""),
+    ({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}, ""),
+    ({"object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 1}}, ""),
+    ({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi"}}]}, "Hi"),
+    ({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": None}}]}, ""),
+    ({"object": "text_completion", "choices": [{"index": 0, "text": " there"}]}, " there"),
+])
+def test_payload_text_is_the_new_text(payload, text):
+    assert payload_text(json.dumps(payload)) == text
 
 
 def test_a_stream_ends_with_exactly_one_final(stub_factory):

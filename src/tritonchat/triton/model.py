@@ -33,7 +33,7 @@ from ..transports.grpc import GrpcTransport
 from ..transports.http import HttpTransport
 from .bls import BlsTransport
 from .metrics import TritonMetrics
-from .sink import INPUT_NAME, OUTPUT_NAME, TritonSink, pb, request_body
+from .sink import INPUT_NAME, OUTPUT_NAME, TEXT_OUTPUT_NAME, TritonSink, pb, request_body
 
 log = logging.getLogger("tritonchat")
 # How long to wait before asking the server for the target's configuration again.
@@ -50,6 +50,9 @@ class OpenAIModel:
         """The interface, declared here so that `config.pbtxt` carries only what users change."""
         config.add_input({"name": INPUT_NAME, "data_type": "TYPE_STRING", "dims": [1]})
         config.add_output({"name": OUTPUT_NAME, "data_type": "TYPE_STRING", "dims": [1]})
+        parameters = flatten_parameters(config.as_dict())
+        if str(parameters.get("text_output", "")).lower() in ("true", "1", "yes"):
+            config.add_output({"name": TEXT_OUTPUT_NAME, "data_type": "TYPE_STRING", "dims": [1]})
         config.set_max_batch_size(0)
         config.set_model_transaction_policy({"decoupled": True})
         return config
@@ -80,6 +83,7 @@ class OpenAIModel:
             observer=self.metrics,
         )
         self.max_open = settings.max_open_requests
+        self.text_output = settings.text_output
         self._open = 0  # requests between execute and their FINAL response
         self._open_lock = threading.Lock()
         self.transport: Transport
@@ -111,7 +115,7 @@ class OpenAIModel:
     def execute(self, requests):
         arrived = time.monotonic()
         for request in requests:
-            sink = TritonSink(request, on_close=self._closed)
+            sink = TritonSink(request, on_close=self._closed, text_output=self.text_output)
             with self._open_lock:
                 full = bool(self.max_open) and self._open >= self.max_open
                 self._open += 1

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from ..errors import OpenAIError
 
 INPUT_NAME = "request"
 OUTPUT_NAME = "response"
+TEXT_OUTPUT_NAME = "text_output"
 
 
 def pb():
@@ -42,11 +45,26 @@ def request_body(request) -> bytes:
     return raw[0]
 
 
-class TritonSink:
-    """Sends one request's payloads through its Triton response sender; FINAL exactly once."""
+def payload_text(payload: str) -> str:
+    """The new text a response payload carries: its choices' `delta.content` (chunks),
+    `message.content` (a whole chat completion) or `text` (Completions), in choice order;
+    "" for role-only, usage and error payloads."""
+    parts = []
+    for choice in json.loads(payload).get("choices") or ():
+        source = choice.get("delta") or choice.get("message") or choice
+        text = source.get("content") if "content" in source else source.get("text")
+        if isinstance(text, str):
+            parts.append(text)
+    return "".join(parts)
 
-    def __init__(self, request, on_close=None):
+
+class TritonSink:
+    """Sends one request's payloads through its Triton response sender; FINAL exactly once.
+    With `text_output`, each response also carries the payload's new text as plain text."""
+
+    def __init__(self, request, on_close=None, text_output: bool = False):
         self._pb = pb()
+        self._text_output = text_output
         self._request = request
         self._sender = request.get_response_sender()
         self._on_close = on_close  # called once, when the FINAL response is sent
@@ -59,12 +77,15 @@ class TritonSink:
 
     def send(self, payload: str, final: bool) -> None:
         utils = self._pb
-        tensor = utils.Tensor(OUTPUT_NAME, np.array([payload.encode("utf-8")], dtype=np.object_))
+        tensors = [utils.Tensor(OUTPUT_NAME, np.array([payload.encode("utf-8")], dtype=np.object_))]
+        if self._text_output:
+            text = payload_text(payload).encode("utf-8")
+            tensors.append(utils.Tensor(TEXT_OUTPUT_NAME, np.array([text], dtype=np.object_)))
         if final:
             # Before the send: a client may send its next request the moment it has this one.
             self._close()
         self._sender.send(
-            utils.InferenceResponse(output_tensors=[tensor]),
+            utils.InferenceResponse(output_tensors=tensors),
             flags=utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if final else 0,
         )
 
