@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 ENV_STAMP := $(VENV)/.ready-$(shell cat requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh | sha1sum | cut -c1-12)
 TINY_MODEL := build/tiny-chat
 
-.PHONY: setup serve test unit bench fuzz soak clean gateway
+.PHONY: setup serve test unit bench bench-aiperf fuzz soak clean gateway
 
 setup: $(ENV_STAMP) $(TINY_MODEL)/.complete
 
@@ -38,6 +38,11 @@ unit: setup
 
 bench: setup
 	$(PY) tools/bench.py $(BENCH_ARGS)
+
+# A short AIPerf profile of openai_chat (through generate_stream and through the gateway), with
+# AIPerf's token counts checked against the server's; AIPerf gets its own environment.
+bench-aiperf: setup
+	$(PY) tools/bench_aiperf.py $(AIPERF_ARGS)
 
 # The long reliability runs (docs/reliability.md): 10,000 fuzzed requests, a 20,000-request soak.
 fuzz: setup
