@@ -23,7 +23,12 @@ _SAMPLING_FIELDS = (
     "stop_token_ids",
     "min_tokens",
     "ignore_eos",
+    "bad_words",
+    "allowed_token_ids",
 )
+# vLLM sampling flags, sent only when they differ from vLLM's defaults (so that the
+# TensorRT-LLM formats refuse only what would change the result).
+_FLAG_DEFAULTS = {"include_stop_str_in_output": False, "skip_special_tokens": True, "spaces_between_special_tokens": True}
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,10 @@ def max_tokens_for(request: _GenerationFields, prompt: Prompt, limits: Limits) -
 
 def sampling_for(request: _GenerationFields) -> dict:
     sampling = {name: getattr(request, name) for name in _SAMPLING_FIELDS if getattr(request, name) is not None}
+    for name, default in _FLAG_DEFAULTS.items():
+        value = getattr(request, name)
+        if value is not None and value != default:
+            sampling[name] = value
     if request.stop is not None:
         sampling["stop"] = [request.stop] if isinstance(request.stop, str) else list(request.stop)
     if request.logit_bias:

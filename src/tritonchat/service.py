@@ -87,6 +87,7 @@ class Service:
                 end_id=settings.end_id if settings.end_id >= 0 else None,
                 pad_id=settings.pad_id if settings.pad_id >= 0 else None,
                 eos_token_ids=eos_token_ids(settings.tokenizer, tokenizer),
+                keeps_special_tokens=not settings.trtllm_skip_special_tokens,
                 lora_task_ids=settings.lora_task_id_map,
             )
         )

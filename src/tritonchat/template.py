@@ -157,7 +157,13 @@ class PromptRenderer:
         add_generation_prompt = request.add_generation_prompt
         if add_generation_prompt is None:
             add_generation_prompt = not continue_final
-        kwargs = dict(request.chat_template_kwargs or {})
+        kwargs = {}
+        # As vLLM does: templates that read them (reasoning models, RAG templates) use them.
+        if request.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = request.reasoning_effort
+        if request.documents is not None:
+            kwargs["documents"] = request.documents
+        kwargs.update(request.chat_template_kwargs or {})
         tools = [tool.model_dump(exclude_none=True, by_alias=True) for tool in request.tools] if request.tools else None
         if request.chat_template is not None:
             kwargs["chat_template"] = request.chat_template

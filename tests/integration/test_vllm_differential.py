@@ -35,6 +35,13 @@ CASES = {
     "unicode": {"messages": [{"role": "user", "content": "  leading spaces, 中文, emoji 🎉"}]},
     "max tokens": {"messages": [{"role": "user", "content": "Count to ten."}], "max_tokens": 5},
     "ignore eos": {"messages": [{"role": "user", "content": "Go on."}], "max_tokens": 30, "ignore_eos": True},
+    # vLLM's sampling extras, passed through Triton's vLLM backend.
+    "allowed token ids": {"messages": [{"role": "user", "content": "Hi"}], "allowed_token_ids": [40, 41, 42, 43]},
+    "bad words": {"messages": [{"role": "user", "content": "Hi there!"}], "bad_words": ["the", "and", "a"]},
+    "special tokens kept": {"messages": [{"role": "user", "content": "Hi"}], "skip_special_tokens": False,
+                            "spaces_between_special_tokens": False, "ignore_eos": True},
+    "template kwargs": {"messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": "low",
+                        "documents": [{"title": "A", "text": "a"}]},
 }
 
 
@@ -103,3 +110,8 @@ def test_same_stop_string_handling(vllm_server, triton):
     assert ours["choices"][0]["message"]["content"] == reference["choices"][0]["message"]["content"]
     assert ours["choices"][0]["finish_reason"] == reference["choices"][0]["finish_reason"] == "stop"
     assert ours["usage"] == {k: reference["usage"][k] for k in ours["usage"]}
+    # include_stop_str_in_output: the stop string stays in the text, as in vLLM.
+    reference = vllm_chat(vllm_server, {**base, "stop": [stop], "include_stop_str_in_output": True})
+    _, ours = ChatClient(triton.http_url, "openai_chat").create({**base, "stop": [stop], "include_stop_str_in_output": True})
+    assert ours["choices"][0]["message"]["content"] == reference["choices"][0]["message"]["content"]
+    assert ours["choices"][0]["message"]["content"].endswith(stop)

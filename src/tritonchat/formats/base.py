@@ -78,6 +78,8 @@ class FormatOptions:
     # Every id that ends a turn (generation_config.json's and the tokenizer's EOS). vLLM
     # stops at all of them itself; TensorRT-LLM takes one `end_id`, the rest go as stop words.
     eos_token_ids: tuple[int, ...] = ()
+    # `trtllm`: whether the ensemble's postprocessing keeps special tokens (trtllm_skip_special_tokens false).
+    keeps_special_tokens: bool = False
     # The target's input names once read from the server (see target.py); None: not known,
     # so every input is assumed to exist.
     target_inputs: frozenset[str] | None = None

@@ -33,7 +33,10 @@ _SAMPLING_INPUTS = {
     "frequency_penalty": ("frequency_penalty", np.float32),
 }
 # Request fields these models cannot honour, by vLLM sampling name -> OpenAI field.
-_UNSUPPORTED = {"min_p": "min_p", "logit_bias": "logit_bias", "ignore_eos": "ignore_eos"}
+_UNSUPPORTED = {"min_p": "min_p", "logit_bias": "logit_bias", "ignore_eos": "ignore_eos",
+                "include_stop_str_in_output": "include_stop_str_in_output", "bad_words": "bad_words",
+                "allowed_token_ids": "allowed_token_ids",
+                "spaces_between_special_tokens": "spaces_between_special_tokens"}
 
 
 def _one(value, dtype) -> np.ndarray:
@@ -142,6 +145,11 @@ class EnsembleFormat(_TensorRtLlmBase):
         super().check(request)
         if "stop_token_ids" in request.sampling:
             raise BadRequestError("'stop_token_ids' is not supported by this TensorRT-LLM model.", param="stop_token_ids")
+        if request.sampling.get("skip_special_tokens") is False and not self.options.keeps_special_tokens:
+            raise BadRequestError(
+                "'skip_special_tokens' false needs the ensemble's postprocessing model to keep special tokens "
+                "(its skip_special_tokens parameter false, declared here by trtllm_skip_special_tokens false).",
+                param="skip_special_tokens")
         if request.logprobs is not None:
             raise BadRequestError(
                 "'logprobs' is not supported by this model: its ensemble interface returns text without token ids, "

@@ -3,10 +3,12 @@
 Every rule about the request alone lives here: types are strict (a string is not a number,
 a float is not an integer), ranges follow OpenAI's documented limits, and the rules that
 tie fields together are model validators that raise `BadRequestError` naming the field.
+Fields of OpenAI's or vLLM's schemas that this server does not carry out are refused at any
+value that would change the result (known.py).
 What depends on this server (its configuration, the generation model, the prompt's length)
-is checked in `service.check_policy` and `plan.max_tokens_for`. Fields OpenAI clients may
-add that this server does not know are ignored (and logged at debug level); known fields
-with bad values are a 400.
+is checked in `service.check_policy` and `plan.max_tokens_for`. Fields that neither
+OpenAI nor vLLM knows are ignored (and logged at debug level); known fields with bad values
+are a 400.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..errors import BadRequestError
+from . import known
+from .known import check_known
 from .parts import (
     ROLES,
     Message,
@@ -56,6 +60,13 @@ class _GenerationFields(_Strict):
     min_tokens: Annotated[int, Field(ge=0)] | None = None
     ignore_eos: bool | None = None
     logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = None
+    # vLLM's sampling extras (passed to vLLM; refused by the TensorRT-LLM formats at other values
+    # than their defaults, except skip_special_tokens on `tensorrt_llm`, which detokenizes here).
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    bad_words: list[Annotated[str, Field(min_length=1)]] | None = None
+    allowed_token_ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = None
     n: Annotated[int, Field(ge=1, le=128)] | None = None
     response_format: ResponseFormat | None = None
     stream: bool | None = None
@@ -126,6 +137,9 @@ class ChatCompletionRequest(_GenerationFields):
     continue_final_message: bool | None = None
     chat_template: str | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    # Passed to the chat template, as vLLM does (templates that read them use them).
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    documents: list[dict[str, str]] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:
@@ -212,7 +226,7 @@ class CompletionRequest(_GenerationFields):
         return self.logprobs
 
 
-def parse_request(body: str | bytes, model: type[_GenerationFields]):
+def parse_request(body: str | bytes, model: type[_GenerationFields], known: dict | None = None):
     """Parse and validate a JSON request body, or raise `BadRequestError` naming the field."""
     try:
         data = json.loads(body)
@@ -222,6 +236,7 @@ def parse_request(body: str | bytes, model: type[_GenerationFields]):
         raise BadRequestError("The request body is nested too deeply.") from None
     if not isinstance(data, dict):
         raise BadRequestError("The request body must be a JSON object.")
+    check_known(data, known or {}, lambda name: name in model.model_fields)
     try:
         request = model.model_validate(data)
     except ValidationError as exc:
@@ -236,11 +251,11 @@ def parse_request(body: str | bytes, model: type[_GenerationFields]):
 
 
 def parse_chat_request(body: str | bytes) -> ChatCompletionRequest:
-    return parse_request(body, ChatCompletionRequest)
+    return parse_request(body, ChatCompletionRequest, known.CHAT)
 
 
 def parse_completion_request(body: str | bytes) -> CompletionRequest:
-    return parse_request(body, CompletionRequest)
+    return parse_request(body, CompletionRequest, known.COMPLETION)
 
 
 _UNION_MEMBER_NAMES = {"str", "int", "float", "bool", "none", "dict", "list"}
