@@ -104,7 +104,15 @@ def sampling_for(request: _GenerationFields) -> dict:
 
 
 def structured_output_for(request: _GenerationFields) -> dict | None:
-    """`response_format` as a vLLM structured-output constraint."""
+    """`response_format`, `structured_outputs` or a `guided_*` field as a vLLM structured-output
+    constraint (at most one is set: the protocol checks that)."""
+    if request.structured_outputs is not None:
+        return request.structured_outputs.constraint()
+    if request.guided_json is not None:  # a string was parsed by the protocol
+        return {"json": request.guided_json}
+    for name, key in (("guided_regex", "regex"), ("guided_choice", "choice"), ("guided_grammar", "grammar")):
+        if getattr(request, name) is not None:
+            return {key: getattr(request, name)}
     response_format = request.response_format
     if response_format is None or response_format.type == "text":
         return None

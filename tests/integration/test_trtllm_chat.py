@@ -227,6 +227,11 @@ def test_structured_outputs_use_guided_decoding(chat):
     assert json.loads(_value(seen["inputs"]["guided_decoding_guide"])) == schema
     seen = echo(chat, response_format={"type": "json_object"})
     assert _value(seen["inputs"]["guided_decoding_guide_type"]) == "json"
+    seen = echo(chat, structured_outputs={"choice": ["yes", "no"]})
+    assert _value(seen["inputs"]["guided_decoding_guide_type"]) == "regex"
+    assert _value(seen["inputs"]["guided_decoding_guide"]) == "(yes|no)"
+    seen = echo(chat, guided_grammar='root ::= "a"')
+    assert _value(seen["inputs"]["guided_decoding_guide_type"]) == "ebnf_grammar"
 
 
 def _dtype(tensor: dict) -> str:

@@ -40,6 +40,11 @@ CASES = {
     "bad words": {"messages": [{"role": "user", "content": "Hi there!"}], "bad_words": ["the", "and", "a"]},
     "special tokens kept": {"messages": [{"role": "user", "content": "Hi"}], "skip_special_tokens": False,
                             "spaces_between_special_tokens": False, "ignore_eos": True},
+    # vLLM's constrained generation beyond response_format.
+    "structured choice": {"messages": [{"role": "user", "content": "Yes or no?"}],
+                          "structured_outputs": {"choice": ["yes", "no", "maybe"]}},
+    "structured regex": {"messages": [{"role": "user", "content": "Letters?"}],
+                         "structured_outputs": {"regex": "[a-e]{4}"}},
     "template kwargs": {"messages": [{"role": "user", "content": "Hi"}], "reasoning_effort": "low",
                         "documents": [{"title": "A", "text": "a"}]},
 }

@@ -117,3 +117,66 @@ def test_reasoning_effort_and_documents_reach_the_template(tokenizer):
     explicit = parse_chat_request(chat(reasoning_effort="high", chat_template=template,
                                        chat_template_kwargs={"reasoning_effort": "low"}))
     assert renderer.render(explicit).text.endswith("low|hi")
+
+
+@pytest.mark.parametrize(("fields", "constraint"), [
+    ({"structured_outputs": {"choice": ["yes", "no"]}}, {"choice": ["yes", "no"]}),
+    ({"structured_outputs": {"regex": "[a-c]+"}}, {"regex": "[a-c]+"}),
+    ({"structured_outputs": {"grammar": "root ::= \"a\""}}, {"grammar": "root ::= \"a\""}),
+    ({"structured_outputs": {"json": {"type": "object"}}}, {"json": {"type": "object"}}),
+    ({"structured_outputs": {"json": "{\"type\": \"object\"}"}}, {"json": {"type": "object"}}),
+    ({"structured_outputs": {"json_object": True}}, {"json_object": True}),
+    ({"guided_json": {"type": "object"}}, {"json": {"type": "object"}}),
+    ({"guided_regex": "x+"}, {"regex": "x+"}),
+    ({"guided_choice": ["a"]}, {"choice": ["a"]}),
+    ({"guided_grammar": "root ::= \"a\""}, {"grammar": "root ::= \"a\""}),
+])
+def test_structured_outputs_and_the_guided_aliases(fields, constraint):
+    from tritonchat.plan import structured_output_for
+
+    request = parse_chat_request(chat(**fields))
+    assert structured_output_for(request) == constraint
+    params = VllmFormat(FormatOptions(structured_outputs_key="guided_decoding")).sampling_parameters(
+        GenerationRequest(prompt="p", prompt_tokens=1, max_tokens=4, stream=True, structured=constraint))
+    assert json.loads(params["guided_decoding"]) == constraint
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs"),
+    ({"structured_outputs": {}}, "structured_outputs"),
+    ({"structured_outputs": {"regex": "a", "whitespace_pattern": " "}}, "structured_outputs.whitespace_pattern"),
+    ({"structured_outputs": {"json": "not a schema"}}, "structured_outputs"),
+    ({"guided_regex": "a", "guided_choice": ["b"]}, "guided_choice"),
+    ({"response_format": {"type": "json_object"}, "guided_regex": "a"}, "guided_regex"),
+    ({"guided_decoding_backend": "xgrammar"}, "guided_decoding_backend"),
+])
+def test_structured_output_errors_name_the_field(fields, param):
+    with pytest.raises(BadRequestError) as info:
+        parse_chat_request(chat(**fields))
+    assert info.value.param == param
+
+
+def test_a_constraint_with_a_named_tool_choice_is_refused():
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with pytest.raises(BadRequestError) as info:
+        parse_chat_request(chat(tools=[tool], tool_choice={"type": "function", "function": {"name": "f"}},
+                                structured_outputs={"regex": "a"}))
+    assert info.value.param == "structured_outputs"
+
+
+def test_tensorrt_llm_guides_for_each_constraint():
+    from tritonchat.formats.tensorrt_llm import guided_decoding
+
+    assert guided_decoding({"regex": "[0-9]+"}) == ("regex", "[0-9]+")
+    assert guided_decoding({"choice": ["yes", "a.b"]}) == ("regex", "(yes|a\\.b)")
+    assert guided_decoding({"grammar": "root ::= x"}) == ("ebnf_grammar", "root ::= x")
+    assert guided_decoding({"json": {"type": "object"}}) == ("json_schema", '{"type": "object"}')
+
+
+def test_guided_json_as_a_string():
+    from tritonchat.plan import structured_output_for
+
+    assert structured_output_for(parse_chat_request(chat(guided_json='{"type": "object"}'))) == {"json": {"type": "object"}}
+    with pytest.raises(BadRequestError) as info:
+        parse_chat_request(chat(guided_json="[1]"))
+    assert info.value.param == "guided_json"

@@ -17,6 +17,7 @@ stop word in its output), and the reason is `stop` unless the token budget ran o
 from __future__ import annotations
 
 import json
+import re
 import random
 
 import numpy as np
@@ -133,7 +134,13 @@ def guided_decoding(structured: dict) -> tuple[str, str]:
     if "json" in structured:
         schema = structured["json"]
         return "json_schema", schema if isinstance(schema, str) else json.dumps(schema)
-    raise BadRequestError("This structured-output constraint is not supported by TensorRT-LLM.", param="response_format")
+    if "regex" in structured:
+        return "regex", structured["regex"]
+    if "choice" in structured:  # one of the strings, exactly: an alternation of literals
+        return "regex", "(" + "|".join(re.escape(choice) for choice in structured["choice"]) + ")"
+    if "grammar" in structured:
+        return "ebnf_grammar", structured["grammar"]
+    raise BadRequestError("This structured-output constraint is not supported by TensorRT-LLM.", param="structured_outputs")
 
 
 class EnsembleFormat(_TensorRtLlmBase):

@@ -34,7 +34,6 @@ _SHARED: dict[str, Rule] = {
     "return_tokens_as_token_ids": ((False,), "tokens as token ids are not supported"),
     "truncate_prompt_tokens": ((), "prompt truncation is not supported; shorten the prompt"),
     "truncation_side": ((), "prompt truncation is not supported"),
-    "structured_outputs": ((), "use 'response_format' (json_object or json_schema) for constrained generation"),
     "stream_interval": ((), "a per-request stream interval is not supported"),
     "thinking_token_budget": ((), "a thinking token budget is not supported"),
     "repetition_detection": ((), "repetition detection is not supported"),
@@ -45,10 +44,6 @@ _SHARED: dict[str, Rule] = {
     "routed_experts_prompt_start": ((), "'routed_experts_prompt_start' is not supported"),
     "mm_payload": ((), "multimodal input is not supported"),
     "return_mm_kwargs": ((False,), "multimodal kwargs in the response are not supported"),
-    "guided_json": ((), "use 'response_format' with 'json_schema'"),
-    "guided_regex": ((), "regular-expression constraints are not supported"),
-    "guided_choice": ((), "choice constraints are not supported"),
-    "guided_grammar": ((), "grammar constraints are not supported"),
     "guided_decoding_backend": ((), "'guided_decoding_backend' is not supported"),
     "guided_whitespace_pattern": ((), "'guided_whitespace_pattern' is not supported"),
 }

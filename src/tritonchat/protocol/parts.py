@@ -5,6 +5,8 @@ Strict pydantic models (a string is not a number); unknown keys are ignored.
 
 from __future__ import annotations
 
+import json
+
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -117,6 +119,48 @@ class ResponseFormat(_Strict):
         if self.type == "json_schema" and self.json_schema is None:
             raise ValueError("'json_schema' is required when type is 'json_schema'")
         return self
+
+
+def json_schema_from_text(text: str) -> dict:
+    """A JSON schema given as a string (vLLM accepts both), or ValueError."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ValueError("must be a JSON schema: an object, or a string holding one")
+    return value
+
+
+class StructuredOutputs(_Strict):
+    """vLLM's `structured_outputs`: exactly one constraint (other keys of vLLM's, such as
+    `whitespace_pattern` or `structural_tag`, are refused)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+
+    json_: dict[str, Any] | str | None = Field(None, alias="json")
+    regex: Annotated[str, Field(min_length=1)] | None = None
+    choice: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+    grammar: Annotated[str, Field(min_length=1)] | None = None
+    json_object: bool | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> StructuredOutputs:
+        given = [name for name in ("json_", "regex", "choice", "grammar", "json_object") if getattr(self, name)]
+        if len(given) != 1:
+            raise ValueError("exactly one of 'json', 'regex', 'choice', 'grammar' or 'json_object' is required")
+        if isinstance(self.json_, str):
+            self.json_ = json_schema_from_text(self.json_)
+        return self
+
+    def constraint(self) -> dict:
+        """As vLLM's StructuredOutputsParams / GuidedDecodingParams take it."""
+        if self.json_object:
+            return {"json_object": True}
+        name = next(n for n in ("json_", "regex", "choice", "grammar") if getattr(self, n))
+        value = getattr(self, name)
+        name = name.rstrip("_")
+        return {name: value}
 
 
 class StreamOptions(_Strict):

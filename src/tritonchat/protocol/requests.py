@@ -31,7 +31,9 @@ from .parts import (
     Probability,
     ResponseFormat,
     StreamOptions,
+    StructuredOutputs,
     Tool,
+    json_schema_from_text,
     _Strict,
 )
 
@@ -67,6 +69,12 @@ class _GenerationFields(_Strict):
     spaces_between_special_tokens: bool | None = None
     bad_words: list[Annotated[str, Field(min_length=1)]] | None = None
     allowed_token_ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = None
+    # vLLM's constrained generation beyond response_format, and its older guided_* aliases.
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: Annotated[str, Field(min_length=1)] | None = None
+    guided_choice: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
+    guided_grammar: Annotated[str, Field(min_length=1)] | None = None
     n: Annotated[int, Field(ge=1, le=128)] | None = None
     response_format: ResponseFormat | None = None
     stream: bool | None = None
@@ -99,6 +107,31 @@ class _GenerationFields(_Strict):
         if self.stream_options is not None and not self.stream:
             raise BadRequestError("'stream_options' is only allowed when 'stream' is true.", param="stream_options")
         return self
+
+    @field_validator("guided_json")
+    @classmethod
+    def _schema(cls, value):
+        return json_schema_from_text(value) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_constraint(self):
+        given = [name for name in ("structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
+                 if getattr(self, name) is not None]
+        if self.response_format is not None and self.response_format.type != "text":
+            given.insert(0, "response_format")
+        if len(given) > 1:
+            raise BadRequestError(f"Only one constraint may be given; got {', '.join(given)}.", param=given[1])
+        return self
+
+    @property
+    def constraint_field(self) -> str | None:
+        """The field holding the request's structured-output constraint, if any."""
+        for name in ("structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"):
+            if getattr(self, name) is not None:
+                return name
+        if self.response_format is not None and self.response_format.type != "text":
+            return "response_format"
+        return None
 
     @property
     def is_stream(self) -> bool:
@@ -168,9 +201,10 @@ class ChatCompletionRequest(_GenerationFields):
         if choice is not None and not self.tools and choice != "none":
             raise BadRequestError("'tool_choice' needs 'tools'.", param="tool_choice")
         constrained = isinstance(choice, NamedToolChoice) or choice == "required"
-        if constrained and self.response_format is not None and self.response_format.type != "text":
+        if constrained and self.constraint_field is not None:
             raise BadRequestError(
-                "'response_format' cannot be combined with a named or required 'tool_choice'.", param="response_format"
+                f"'{self.constraint_field}' cannot be combined with a named or required 'tool_choice'.",
+                param=self.constraint_field,
             )
         if isinstance(choice, NamedToolChoice) and choice.function.name not in self.functions:
             raise BadRequestError(f"The tool {choice.function.name!r} in 'tool_choice' is not in 'tools'.", param="tool_choice")
