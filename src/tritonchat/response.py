@@ -180,7 +180,7 @@ class ChatResponseBuilder(ResponseBuilder):
         self,
         *,
         choice_text: Callable[[], ChoiceText] | None = None,
-        reasoning_field: str = "reasoning_content",
+        reasoning_field: str = "reasoning",  # "": reasoning left out (include_reasoning false)
         calls_finish_reason: str | None = "tool_calls",
         **kwargs,
     ):
@@ -197,7 +197,7 @@ class ChatResponseBuilder(ResponseBuilder):
         state = self.choices[index]
         self._account(state, output)
         chunks = self.stream_role(index)
-        delta = state.parser.feed(output.text) if state.parser is not None else Delta(content=output.text)
+        delta = self._shown(state.parser.feed(output.text) if state.parser is not None else Delta(content=output.text))
         if delta or output.logprobs:
             chunks.append(self._delta_chunk(index, delta, output.logprobs))
         return chunks
@@ -215,11 +215,17 @@ class ChatResponseBuilder(ResponseBuilder):
         state = self.choices[index]
         chunks = self.stream_role(index)
         if state.parser is not None:
-            delta = state.parser.finish()
+            delta = self._shown(state.parser.finish())
             if delta:
                 chunks.append(self._delta_chunk(index, delta, None))
         chunks.append(self._chunk({"index": index, "delta": {}, "logprobs": None, "finish_reason": self._finish(state)}))
         return chunks
+
+    def _shown(self, delta: Delta) -> Delta:
+        """`delta` without its reasoning when the request asked for none (`include_reasoning: false`)."""
+        if delta.reasoning and not self.reasoning_field:
+            return Delta(content=delta.content, tool_calls=delta.tool_calls)
+        return delta
 
     def _delta_chunk(self, index: int, delta: Delta, logprobs: list[TokenLogprob] | None) -> str:
         body: dict = {}
@@ -258,7 +264,7 @@ class ChatResponseBuilder(ResponseBuilder):
         message = {"role": "assistant", "content": content, "refusal": None}
         if parsed.tool_calls:
             message["tool_calls"] = [_call(call) for call in parsed.tool_calls]
-        if state.parser.reasoning is not None:
+        if state.parser.reasoning is not None and self.reasoning_field:
             message[self.reasoning_field] = parsed.reasoning
         return message
 

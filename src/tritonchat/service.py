@@ -226,7 +226,7 @@ class ChatService(Service):
         builder_args = {
             "choice_text": plan.choice_text,
             "calls_finish_reason": plan.calls_finish_reason,
-            "reasoning_field": self.settings.reasoning_field,
+            "reasoning_field": self.settings.reasoning_field if request.include_reasoning is not False else "",
         }
         return builder_args, plan.structured, plan.sampling
 

@@ -133,7 +133,8 @@ class Settings:
     )
     reasoning_parser: str = setting("", "`deepseek_r1` or `qwen3`; empty: reasoning stays in `content`", user=True)
     reasoning_field: str = setting(
-        "reasoning_content", "or `reasoning` (vLLM's newer field name)", ("reasoning_content", "reasoning")
+        "reasoning", "the response field for reasoning: vLLM's current `reasoning`, or `reasoning_content` (its "
+        "earlier name, also DeepSeek's); both are accepted in history", ("reasoning", "reasoning_content")
     )
     cancel_check_interval_ms: int = setting(100, "how often a stream checks whether its client went away")
     responder_threads: int = setting(4, "threads that build and send responses (each request stays on one)")

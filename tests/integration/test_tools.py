@@ -53,7 +53,8 @@ def collect_stream(chunks: list[dict]) -> dict:
         ChatCompletionChunk.model_validate(chunk)
         for choice in chunk["choices"]:
             delta = choice["delta"]
-            reasoning += delta.get("reasoning_content") or ""
+            assert "reasoning_content" not in delta  # vLLM's current name is the default
+            reasoning += delta.get("reasoning") or ""
             content += delta.get("content") or ""
             for piece in delta.get("tool_calls") or []:
                 if "id" in piece:
@@ -75,7 +76,7 @@ def test_auto_tool_calls_and_reasoning_whole(chat_tools):
     choice = body["choices"][0]
     message = choice["message"]
     assert choice["finish_reason"] == "tool_calls"
-    assert message["reasoning_content"].strip() == REASONING
+    assert message["reasoning"].strip() == REASONING
     assert message["content"].strip() == CONTENT
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in message["tool_calls"]] == [
         ("get_weather", {"city": "Oslo", "days": 2}), ("get_time", {})]
@@ -89,7 +90,7 @@ def test_auto_tool_calls_and_reasoning_streamed(chat_tools):
     seen = collect_stream(result.chunks)
     assert seen["finishes"] == ["tool_calls"]
     message = whole["choices"][0]["message"]
-    assert seen["reasoning"] == message["reasoning_content"]
+    assert seen["reasoning"] == message["reasoning"]
     assert seen["content"] == message["content"]
     assert [(c["name"], c["arguments"]) for c in seen["calls"]] == [
         (c["function"]["name"], c["function"]["arguments"]) for c in message["tool_calls"]]
@@ -219,3 +220,18 @@ def test_required_tools_on_the_engine(tiny):
     for call in calls:
         schema = {"get_weather": WEATHER, "get_time": TIME}[call["function"]["name"]]["function"]["parameters"]
         jsonschema.validate(json.loads(call["function"]["arguments"]), schema)
+
+
+def test_include_reasoning_false_leaves_reasoning_out(chat_tools):
+    """vLLM's `include_reasoning: false`: the parsed-out reasoning is not sent, streamed or whole;
+    content and tool calls are unchanged."""
+    _, whole = chat_tools.create(ask(OUTPUT))
+    _, bare = chat_tools.create({**ask(OUTPUT), "include_reasoning": False})
+    message = bare["choices"][0]["message"]
+    assert "reasoning" not in message and message["content"] == whole["choices"][0]["message"]["content"]
+    assert [c["function"] for c in message["tool_calls"]] == [
+        c["function"] for c in whole["choices"][0]["message"]["tool_calls"]]
+    result = chat_tools.stream({**ask(OUTPUT), "stream": True, "include_reasoning": False})
+    seen = collect_stream(result.chunks)
+    assert seen["reasoning"] == "" and seen["content"] == message["content"]
+    assert not any("reasoning" in c["delta"] for chunk in result.chunks for c in chunk["choices"])

@@ -52,7 +52,6 @@ CHAT: dict[str, Rule] = {
     **_SHARED,
     "add_special_tokens": ((False,), "adding special tokens to a rendered chat prompt is not supported"),
     "echo": ((False,), "'echo' is not supported for chat completions"),
-    "include_reasoning": ((True,), "leaving reasoning out of the response is not supported"),
     "return_prompt_text": ((False,), "the prompt text in the response is not supported"),
     "media_io_kwargs": ((), "multimodal input is not supported"),
     "mm_processor_kwargs": ((), "multimodal input is not supported"),

@@ -172,6 +172,7 @@ class ChatCompletionRequest(_GenerationFields):
     chat_template_kwargs: dict[str, Any] | None = None
     # Passed to the chat template, as vLLM does (templates that read them use them).
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    include_reasoning: bool | None = None  # false: reasoning (parsed out) is left out of the response
     documents: list[dict[str, str]] | None = None
 
     @model_validator(mode="after")
