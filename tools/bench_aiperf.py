@@ -58,7 +58,7 @@ def aiperf() -> Path:
         shutil.rmtree(VENV, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
         subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "-r", str(REQUIREMENTS)], check=True)
+                        "--no-compile", "-r", str(REQUIREMENTS)], check=True)
         stamp.touch()
     return binary
 

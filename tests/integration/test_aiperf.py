@@ -13,14 +13,29 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import script
+from tools.bench_aiperf import VENV, aiperf
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_aiperf_token_counts_agree_with_the_servers_usage(triton, tiny_model, tmp_path):
+@pytest.fixture(scope="module")
+def aiperf_environment():
+    """AIPerf's environment (made once, in build/aiperf-venv), made in the background: requested
+    before `triton`, it is installed while the server starts."""
+    thread = threading.Thread(target=aiperf, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_aiperf_token_counts_agree_with_the_servers_usage(aiperf_environment, triton, tiny_model, tmp_path):
+    aiperf_environment.join(timeout=900)
+    assert (VENV / "bin" / "aiperf").exists(), "AIPerf's environment could not be made"
     requests, tokens = 8, 12
     prompts = tmp_path / "prompts.jsonl"
     line = script(repeat={"text": " and", "count": tokens}, interval_ms=2) + "\nHello"
