@@ -25,6 +25,7 @@ use the HTTP protocol (the default) there.
 
 from __future__ import annotations
 
+import itertools
 import json
 import queue
 from collections.abc import AsyncIterator, Iterator
@@ -267,13 +268,17 @@ def _body(params: dict[str, Any], stream: bool) -> str:
 
 
 class Stream:
-    """The chunks of one streamed request; closing it cancels the request."""
+    """The chunks of one streamed request; closing it cancels the request. `create` has read
+    the first response already, so a refused request raises there, as with the `openai` SDK."""
 
-    def __init__(self, payloads: Iterator[str], kind: type):
+    def __init__(self, payloads: Iterator[str], kind: type, first: list[str]):
         self._payloads = payloads
         self._kind = kind
+        self._first = first
 
     def __iter__(self):
+        while self._first:
+            yield _parse(self._first.pop(), self._kind)
         for payload in self._payloads:
             yield _parse(payload, self._kind)
 
@@ -294,7 +299,7 @@ class _Endpoint:
     def create(self, *, stream: bool = False, **params: Any):
         payloads = self._wire.payloads(self._model, _body(params, stream), stream)
         if stream:
-            return Stream(payloads, self._chunk)
+            return Stream(payloads, self._chunk, list(itertools.islice(payloads, 1)))
         try:
             return _parse(next(payloads), self._whole)
         finally:
@@ -336,13 +341,17 @@ class TritonChat:
 
 
 class AsyncStream:
-    """The chunks of one streamed request; `aclose()` cancels the request."""
+    """The chunks of one streamed request; `aclose()` cancels the request (the first response
+    was read by `create`, as in `Stream`)."""
 
-    def __init__(self, payloads, kind: type):
+    def __init__(self, payloads, kind: type, first: list[str]):
         self._payloads = payloads
         self._kind = kind
+        self._first = first
 
     async def __aiter__(self):
+        while self._first:
+            yield _parse(self._first.pop(), self._kind)
         async for payload in self._payloads:
             yield _parse(payload, self._kind)
 
@@ -363,7 +372,11 @@ class _AsyncEndpoint:
     async def create(self, *, stream: bool = False, **params: Any):
         payloads = self._wire.payloads(self._model, _body(params, stream), stream)
         if stream:
-            return AsyncStream(payloads, self._chunk)
+            try:
+                first = [await payloads.__anext__()]
+            except StopAsyncIteration:
+                first = []
+            return AsyncStream(payloads, self._chunk, first)
         try:
             return _parse(await payloads.__anext__(), self._whole)
         finally:

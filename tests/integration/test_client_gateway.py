@@ -69,8 +69,8 @@ def test_client_errors_are_openai_exceptions_with_the_right_status(client):
     with pytest.raises(openai.BadRequestError) as info:
         client.chat.completions.create(model="scripted", messages=MESSAGES, temperature=7)
     assert info.value.status_code == 400 and info.value.body["param"] == "temperature"
-    with pytest.raises(openai.BadRequestError):  # streamed: raised when iterating begins
-        list(client.chat.completions.create(model="scripted", messages=[], stream=True))
+    with pytest.raises(openai.BadRequestError):  # streamed: raised by create, as with the openai SDK
+        client.chat.completions.create(model="scripted", messages=[], stream=True)
     failing = [{"role": "user", "content": script(error_after=1, error_message="boom")}]
     with pytest.raises(openai.InternalServerError) as info:
         list(client.chat.completions.create(model="scripted", messages=failing, stream=True))
@@ -97,6 +97,8 @@ def test_async_client(triton, protocol):
             text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
             with pytest.raises(openai.NotFoundError):
                 await client.chat.completions.create(model="nope", messages=MESSAGES)
+            with pytest.raises(openai.NotFoundError):  # streamed too
+                await client.chat.completions.create(model="nope", messages=MESSAGES, stream=True)
             stream = await client.chat.completions.create(model="scripted", messages=long_stream(), stream=True)
             async with stream:
                 async for first in stream:
