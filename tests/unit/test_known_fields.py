@@ -20,23 +20,34 @@ def _openai_fields(module) -> set[str]:
     return set(typing.get_type_hints(module.CompletionCreateParamsBase))
 
 
-def _vllm_models():
-    try:
-        from vllm.entrypoints.openai.protocol import ChatCompletionRequest as Chat, CompletionRequest as Completion
-    except ImportError:  # newer layouts split the module
-        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest as Chat
-        from vllm.entrypoints.openai.completion.protocol import CompletionRequest as Completion
-    return Chat, Completion
+def _vllm_fields(name: str, module: str) -> set[str]:
+    """The fields of vLLM's request model `name`, read from its source (importing vLLM's server
+    modules here would cost a minute of import and of interpreter shutdown)."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(importlib.util.find_spec("vllm").origin).parent / "entrypoints" / "openai"
+    for path in (root / module / "protocol.py", root / "protocol.py"):  # newer layout, then older
+        if path.is_file():
+            for node in ast.parse(path.read_text()).body:
+                if isinstance(node, ast.ClassDef) and node.name == name:
+                    return {statement.target.id for statement in node.body
+                            if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                            and not statement.target.id.startswith("_")}
+    raise AssertionError(f"vLLM's {name} was not found")
 
 
 def test_every_schema_field_is_honoured_or_refused():
     from openai.types import completion_create_params
     from openai.types.chat import completion_create_params as chat_create_params
 
-    vllm_chat, vllm_completion = _vllm_models()
+    vllm_chat = _vllm_fields("ChatCompletionRequest", "chat_completion")
+    vllm_completion = _vllm_fields("CompletionRequest", "completion")
+    assert len(vllm_chat) > 50 and "bad_words" in vllm_chat and "prompt_embeds" in vllm_completion
     for ours, rules, fields in (
-        (ChatCompletionRequest, known.CHAT, _openai_fields(chat_create_params) | set(vllm_chat.model_fields)),
-        (CompletionRequest, known.COMPLETION, _openai_fields(completion_create_params) | set(vllm_completion.model_fields)),
+        (ChatCompletionRequest, known.CHAT, _openai_fields(chat_create_params) | vllm_chat),
+        (CompletionRequest, known.COMPLETION, _openai_fields(completion_create_params) | vllm_completion),
     ):
         missing = sorted(f for f in fields if f not in ours.model_fields and f not in rules and f not in known.IGNORED)
         assert not missing, f"{ours.__name__}: fields of OpenAI's or vLLM's schema neither honoured nor refused: {missing}"
