@@ -33,6 +33,7 @@ from .base import (
 )
 
 from . import reasoning, tool_calls  # noqa: E402,F401  (importing them registers the parsers)
+from . import harmony  # noqa: E402,F401  (gpt-oss: tool parser "openai", reasoning parser "openai_gptoss")
 
 __all__ = [
     "REASONING_PARSERS",

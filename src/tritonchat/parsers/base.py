@@ -147,6 +147,10 @@ class ToolParser(_StreamingParser):
 class ReasoningParser(_StreamingParser):
     """Separates reasoning from content. One instance per choice per request."""
 
+    # True when the reasoning markers are special tokens (gpt-oss's Harmony format), which
+    # the engine must then keep in the text it returns (skip_special_tokens=false).
+    needs_special_tokens = False
+
     def __init__(self, starts_in_reasoning: bool = False) -> None:
         super().__init__()
         self.starts_in_reasoning = starts_in_reasoning
