@@ -126,9 +126,10 @@ class ToolParser(_StreamingParser):
     def default_make_id() -> str:
         return default_call_id()
 
-    def _open_call(self, name: str) -> int:
+    def _open_call(self, name: str, call_id: str | None = None) -> int:
+        """Announce a call; `call_id` is for formats in which the model writes the id itself."""
         index = len(self.calls)
-        call = ToolCall(id=self._make_id(), name=name, arguments="")
+        call = ToolCall(id=call_id or self._make_id(), name=name, arguments="")
         self.calls.append(call)
         self._delta.tool_calls.append(ToolCallDelta(index=index, id=call.id, name=name))
         return index

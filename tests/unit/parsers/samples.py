@@ -17,6 +17,7 @@ class Sample:
     text: str
     content: str | None
     calls: list[tuple[str, str]] = field(default_factory=list)  # (name, exact arguments text)
+    tools: list[dict] = field(default_factory=list)  # the request's tools, where the parser reads them
 
     def __str__(self) -> str:
         return self.name
@@ -246,6 +247,246 @@ PYTHONIC_SAMPLES = [
     Sample("no call", "I don't need any tools for that.", "I don't need any tools for that."),
 ]
 
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather forecast for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "metric": {"type": "boolean"},
+                    "hours": {"type": "array", "items": {"type": "integer"}},
+                    "options": {"type": "object"},
+                    "offset": {"type": "number"},
+                    "note": {"type": ["string", "null"]},
+                },
+            },
+        },
+    },
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+]
+
+QWEN3_CODER_SAMPLES = [
+    Sample(
+        "qwen3-coder single call",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n</tool_call>",
+        None,
+        [("get_weather", '{"city": "Oslo"}')],
+        WEATHER_TOOLS,
+    ),
+    Sample(
+        "text before, parameters converted by the schema",
+        "I'll check the forecast.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n"
+        "<parameter=hours>\n[6, 12]\n</parameter>\n<parameter=options>\n{\"unit\": \"C\"}\n</parameter>\n"
+        "<parameter=offset>\n-1.5\n</parameter>\n<parameter=note>\nnull\n</parameter>\n</function>\n</tool_call>",
+        "I'll check the forecast.\n",
+        [
+            (
+                "get_weather",
+                '{"city": "Oslo", "days": 3, "metric": true, "hours": [6, 12], "options": {"unit": "C"}, '
+                '"offset": -1.5, "note": null}',
+            )
+        ],
+        WEATHER_TOOLS,
+    ),
+    Sample(
+        "parallel calls, unicode and multi-line values",
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\n東京 🌧 \"Zürich\"\n</parameter>\n</function>\n</tool_call>\n"
+        "<tool_call>\n<function=write_file>\n<parameter=path>\nsrc/a.py\n</parameter>\n"
+        "<parameter=content>\ndef f(x):\n    return x < 3 and {'a': \"\\n\"}\n\n</parameter>\n</function>\n</tool_call>",
+        None,
+        [
+            ("get_weather", '{"city": "東京 🌧 \\"Zürich\\""}'),
+            ("write_file", '{"path": "src/a.py", "content": "def f(x):\\n    return x < 3 and {\'a\': \\"\\\\n\\"}\\n"}'),
+        ],
+        WEATHER_TOOLS,
+    ),
+    Sample(
+        "empty arguments",
+        "<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+        None,
+        [("get_time", "{}")],
+        WEATHER_TOOLS,
+    ),
+    Sample(
+        "no call, text with tag-like pieces",
+        "Write <parameter> or <function> tags in XML; a <tool_call is not one.",
+        "Write <parameter> or <function> tags in XML; a <tool_call is not one.",
+    ),
+]
+
+DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+
+
+def deepseek_v3_call(name: str, arguments: str) -> str:
+    return f"{DS_CALL_BEGIN}function{DS_SEP}{name}\n```json\n{arguments}\n```{DS_CALL_END}"
+
+
+def deepseek_v31_call(name: str, arguments: str) -> str:
+    return f"{DS_CALL_BEGIN}{name}{DS_SEP}{arguments}{DS_CALL_END}"
+
+
+DEEPSEEK_V3_SAMPLES = [
+    Sample(
+        "deepseek-v3 single call",
+        f"{DS_CALLS_BEGIN}{deepseek_v3_call('get_weather', WEATHER)}{DS_CALLS_END}",
+        None,
+        [("get_weather", WEATHER)],
+    ),
+    Sample(
+        "r1 text before, parallel calls",
+        f"I'll look up both.\n\n{DS_CALLS_BEGIN}{deepseek_v3_call('get_weather', WEATHER)}\n"
+        f"{deepseek_v3_call('get_temperature_date', DATED)}{DS_CALLS_END}",
+        "I'll look up both.\n\n",
+        [("get_weather", WEATHER), ("get_temperature_date", DATED)],
+    ),
+    Sample(
+        "unicode and nested arguments",
+        f"{DS_CALLS_BEGIN}{deepseek_v3_call('get_weather', UNICODE)}{deepseek_v3_call('search', NESTED)}{DS_CALLS_END}",
+        None,
+        [("get_weather", UNICODE), ("search", NESTED)],
+    ),
+    Sample(
+        "empty arguments",
+        f"{DS_CALLS_BEGIN}{deepseek_v3_call('get_time', '{}')}{DS_CALLS_END}",
+        None,
+        [("get_time", "{}")],
+    ),
+    Sample("no call", "DeepSeek's markers look like <｜this｜>.", "DeepSeek's markers look like <｜this｜>."),
+]
+
+DEEPSEEK_V31_SAMPLES = [
+    Sample(
+        "deepseek-v3.1 single call",
+        f"{DS_CALLS_BEGIN}{deepseek_v31_call('get_weather', WEATHER)}{DS_CALLS_END}",
+        None,
+        [("get_weather", WEATHER)],
+    ),
+    Sample(
+        "text before, parallel calls",
+        f"I'll look up both.\n\n{DS_CALLS_BEGIN}{deepseek_v31_call('get_weather', WEATHER)}"
+        f"{deepseek_v31_call('get_temperature_date', DATED)}{DS_CALLS_END}",
+        "I'll look up both.\n\n",
+        [("get_weather", WEATHER), ("get_temperature_date", DATED)],
+    ),
+    Sample(
+        "unicode and nested arguments",
+        f"{DS_CALLS_BEGIN}{deepseek_v31_call('get_weather', UNICODE)}{deepseek_v31_call('search', NESTED)}{DS_CALLS_END}",
+        None,
+        [("get_weather", UNICODE), ("search", NESTED)],
+    ),
+    Sample(
+        "empty arguments",
+        f"{DS_CALLS_BEGIN}{deepseek_v31_call('get_time', '{}')}{DS_CALLS_END}",
+        None,
+        [("get_time", "{}")],
+    ),
+    Sample("no call", "DeepSeek's markers look like <｜this｜>.", "DeepSeek's markers look like <｜this｜>."),
+]
+
+KIMI_SECTION_BEGIN, KIMI_SECTION_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+KIMI_CALL_BEGIN, KIMI_CALL_END, KIMI_ARGUMENTS = "<|tool_call_begin|>", "<|tool_call_end|>", "<|tool_call_argument_begin|>"
+
+
+def kimi_call(call_id: str, arguments: str) -> str:
+    return f"{KIMI_CALL_BEGIN}{call_id}{KIMI_ARGUMENTS}{arguments}{KIMI_CALL_END}"
+
+
+KIMI_K2_SAMPLES = [
+    Sample(
+        "kimi-k2 single call",
+        f"{KIMI_SECTION_BEGIN}{kimi_call('functions.get_weather:0', WEATHER)}{KIMI_SECTION_END}",
+        None,
+        [("get_weather", WEATHER)],
+    ),
+    Sample(
+        "text before, parallel calls on their own lines",
+        f"Let me check both.{KIMI_SECTION_BEGIN}\n{kimi_call('functions.get_weather:0', WEATHER)}\n"
+        f"{kimi_call('functions.get_temperature_date:1', DATED)}\n{KIMI_SECTION_END}",
+        "Let me check both.",
+        [("get_weather", WEATHER), ("get_temperature_date", DATED)],
+    ),
+    Sample(
+        "unicode and nested arguments, dotted name",
+        f"{KIMI_SECTION_BEGIN}{kimi_call('functions.get_weather:2', UNICODE)}"
+        f"{kimi_call('functions.web.search:3', NESTED)}{KIMI_SECTION_END}",
+        None,
+        [("get_weather", UNICODE), ("web.search", NESTED)],
+    ),
+    Sample(
+        "empty arguments",
+        f"{KIMI_SECTION_BEGIN}{kimi_call('functions.get_time:0', '{}')}{KIMI_SECTION_END}",
+        None,
+        [("get_time", "{}")],
+    ),
+    Sample("no call", "Kimi uses <|tool_calls|> nowhere.", "Kimi uses <|tool_calls|> nowhere."),
+]
+
+GRANITE_SAMPLES = [
+    Sample(
+        "granite 3.0 single call",
+        f'<|tool_call|>[{{"name": "get_weather", "arguments": {WEATHER}}}]',
+        None,
+        [("get_weather", WEATHER)],
+    ),
+    Sample(
+        "granite 3.1 plain-text marker",
+        f'<tool_call>[{{"name": "get_weather", "arguments": {WEATHER}}}]',
+        None,
+        [("get_weather", WEATHER)],
+    ),
+    Sample(
+        "text before, parallel calls, arguments first",
+        f'Let me check both.<|tool_call|>[{{"arguments": {WEATHER}, "name": "get_weather"}}, '
+        f'{{"name": "get_temperature_date", "arguments": {DATED}}}]',
+        "Let me check both.",
+        [("get_weather", WEATHER), ("get_temperature_date", DATED)],
+    ),
+    Sample(
+        "unicode and nested arguments",
+        f'<|tool_call|>[{{"name": "get_weather", "arguments": {UNICODE}}}, {{"name": "search", "arguments": {NESTED}}}]',
+        None,
+        [("get_weather", UNICODE), ("search", NESTED)],
+    ),
+    Sample(
+        "empty arguments",
+        '<|tool_call|>[{"name": "get_time", "arguments": {}}]',
+        None,
+        [("get_time", "{}")],
+    ),
+    Sample("no call", "Granite writes [lists] and {sets} too.", "Granite writes [lists] and {sets} too."),
+]
+
+LLAMA4_PYTHONIC_SAMPLES = [
+    Sample(
+        "llama 4 wrapped call",
+        '<|python_start|>[get_weather(city="San Francisco, CA, USA")]<|python_end|>',
+        None,
+        [("get_weather", WEATHER.replace("location", "city"))],
+    ),
+    Sample(
+        "parallel calls without the wrapper",
+        "[get_weather(city='Oslo', days=3), get_time(tz='Europe/Oslo')]",
+        None,
+        [("get_weather", '{"city": "Oslo", "days": 3}'), ("get_time", '{"tz": "Europe/Oslo"}')],
+    ),
+    Sample(
+        "unicode and nested literals",
+        '<|python_start|>[create_event(title="Møte 🎉", attendees=["åse", "Bjørn"], options={"remind": True})]'
+        "<|python_end|>",
+        None,
+        [("create_event", '{"title": "Møte 🎉", "attendees": ["åse", "Bjørn"], "options": {"remind": true}}')],
+    ),
+    Sample("empty arguments", "[get_time()]", None, [("get_time", "{}")]),
+    Sample("no call", "Llama 4 answers in [brackets] sometimes.", "Llama 4 answers in [brackets] sometimes."),
+]
+
 
 # Generated outputs, for the fuzz tests.
 
@@ -289,16 +530,45 @@ def random_tool_output(rng: random.Random, parser_name: str) -> tuple[str, str |
     """(text, expected content, expected calls as (name, arguments object)) in the parser's format."""
     calls = [(rng.choice(_NAMES), random_arguments(rng)) for _ in range(rng.randint(0, 3))]
     prose = rng.choice(["", "Sure, let me check.\n\n", "Un moment… ", "a <b> [c] {d} "])
-    if parser_name == "pythonic":
+    if parser_name in ("pythonic", "llama4_pythonic"):
         calls = [(name.replace(".", "_"), arguments) for name, arguments in calls]
         if not calls:
             return prose + "no tools needed", prose + "no tools needed", []
         rendered = ", ".join(
             f"{name}({', '.join(f'{key}={value!r}' for key, value in arguments.items())})" for name, arguments in calls
         )
+        if parser_name == "llama4_pythonic" and rng.random() < 0.5:
+            return f"<|python_start|>[{rendered}]<|python_end|>", None, calls
         return f"[{rendered}]", None, calls
     if not calls:
         return prose + "No tools needed.", prose + "No tools needed.", []
+    if parser_name == "qwen3_coder":  # without tools in the request every value is a string
+        calls = [
+            (name, {key: value if isinstance(value, str) else json.dumps(value) for key, value in arguments.items()})
+            for name, arguments in calls
+        ]
+        bodies = [
+            f"<tool_call>\n<function={name}>\n"
+            + "".join(f"<parameter={key}>\n{value}\n</parameter>\n" for key, value in arguments.items())
+            + "</function>\n</tool_call>"
+            for name, arguments in calls
+        ]
+        return prose + "\n".join(bodies), prose or None, calls
+    if parser_name == "deepseek_v3":
+        bodies = [deepseek_v3_call(name, random_json(rng, arguments)) for name, arguments in calls]
+        return prose + DS_CALLS_BEGIN + "\n".join(bodies) + DS_CALLS_END, prose or None, calls
+    if parser_name == "deepseek_v31":
+        bodies = [deepseek_v31_call(name, random_json(rng, arguments)) for name, arguments in calls]
+        return prose + DS_CALLS_BEGIN + "".join(bodies) + DS_CALLS_END, prose or None, calls
+    if parser_name == "kimi_k2":
+        bodies = [
+            kimi_call(f"functions.{name}:{index}", random_json(rng, arguments))
+            for index, (name, arguments) in enumerate(calls)
+        ]
+        return prose + KIMI_SECTION_BEGIN + "\n".join(bodies) + KIMI_SECTION_END, prose or None, calls
+    if parser_name == "granite":
+        array = [{"name": name, "arguments": arguments} for name, arguments in calls]
+        return prose + rng.choice(["<|tool_call|>", "<tool_call>"]) + random_json(rng, array), prose or None, calls
     if parser_name == "llama3_json":
         bodies = [random_json(rng, {"name": name, "parameters": arguments}) for name, arguments in calls]
         return rng.choice(["", "<|python_tag|>"]) + "; ".join(bodies), None, calls

@@ -1,3 +1,13 @@
 """Tool-call parsers; importing this package registers them."""
 
-from . import hermes, llama3_json, mistral, pythonic  # noqa: F401
+from . import (  # noqa: F401
+    deepseek,
+    granite,
+    hermes,
+    kimi_k2,
+    llama3_json,
+    llama4_pythonic,
+    mistral,
+    pythonic,
+    qwen3_coder,
+)

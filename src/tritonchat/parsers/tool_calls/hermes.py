@@ -35,7 +35,7 @@ END_TAG = "</tool_call>"
 
 @register_tool_parser("hermes")
 class HermesToolParser(TaggedCallsParser):
-    open_tag = START_TAG
+    open_tags = (START_TAG,)
 
     def _start_calls(self) -> None:
         self._call = JsonCall()

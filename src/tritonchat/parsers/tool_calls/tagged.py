@@ -10,20 +10,22 @@ from ..tags import could_become, split_at_tag
 
 
 class TaggedCallsParser(ToolParser):
-    """Text is content until `open_tag`; what follows it is read by the subclass
-    (`_read_calls`), which hands back to content with `_end_calls` or `_give_up`.
+    """Text is content until one of `open_tags`; what follows it is read by the subclass
+    (`_read_calls`, with the tag that opened in `_tag`), which hands back to content with
+    `_end_calls` or `_give_up`.
 
     Whitespace alone between or after calls is dropped (models put newlines there); any
     other text there is content, whitespace included. A tag split across pieces is held
     back until it is complete, and released as content as soon as it cannot be one.
     """
 
-    open_tag: ClassVar[str]
+    open_tags: ClassVar[tuple[str, ...]]
 
     def __init__(self, tools: list[dict] | None = None, make_id: Callable[[], str] | None = None) -> None:
         super().__init__(tools, make_id)
         self._in_calls = False
         self._after_calls = False
+        self._tag = ""  # the open tag that was read last
 
     def _step(self, final: bool) -> bool:
         """Make progress; False when more text is needed."""
@@ -34,25 +36,25 @@ class TaggedCallsParser(ToolParser):
         return self._read_content(final)
 
     def _read_content(self, final: bool) -> bool:
-        before, tag, rest = split_at_tag(self._pending, self.open_tag)
+        before, tag, rest = split_at_tag(self._pending, *self.open_tags)
         if final and tag is None:
             before, rest = self._pending, ""
         self._emit_content(before)
         self._pending = rest
         if tag is None:
             return False
-        self._in_calls = True
+        self._in_calls, self._tag = True, tag
         self._start_calls()
         return True
 
     def _skip_whitespace_after_calls(self, final: bool) -> bool:
         stripped = self._pending.lstrip()
-        if stripped.startswith(self.open_tag):
+        if stripped.startswith(self.open_tags):
             self._pending = stripped
         elif not stripped and final:
             self._pending = ""
             return False
-        elif could_become(stripped, self.open_tag) and not final:
+        elif not final and any(could_become(stripped, tag) for tag in self.open_tags):
             return False
         self._after_calls = False
         return True
@@ -60,7 +62,7 @@ class TaggedCallsParser(ToolParser):
     # For subclasses.
 
     def _start_calls(self) -> None:
-        """`open_tag` was just read; `_pending` holds what follows it."""
+        """`self._tag` was just read; `_pending` holds what follows it."""
 
     def _read_calls(self, final: bool) -> bool:
         raise NotImplementedError
