@@ -9,10 +9,14 @@ SERVED_MODEL_NAME ?=
 PYTEST_ARGS ?=
 ENV_STAMP := $(VENV)/.ready-$(shell cat requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh | sha1sum | cut -c1-12)
 TINY_MODEL := build/tiny-chat
+# The o200k vocabulary of gpt-oss's Harmony format, written offline (openai_harmony reads it
+# from TIKTOKEN_ENCODINGS_BASE instead of downloading it).
+O200K := build/o200k/o200k_base.tiktoken
+export TIKTOKEN_ENCODINGS_BASE := $(CURDIR)/build/o200k
 
 .PHONY: setup serve test unit bench bench-aiperf fuzz soak clean gateway
 
-setup: $(ENV_STAMP) $(TINY_MODEL)/.complete
+setup: $(ENV_STAMP) $(TINY_MODEL)/.complete $(O200K)
 
 $(ENV_STAMP): requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh
 	tools/setup_venv.sh $(VENV) $(PYTHON)
@@ -21,6 +25,9 @@ $(ENV_STAMP): requirements-local.txt requirements-triton.txt pyproject.toml tool
 $(TINY_MODEL)/.complete: $(ENV_STAMP) tools/make_tiny_model.py tools/tiny_model_corpus.txt
 	$(PY) tools/make_tiny_model.py --out $(TINY_MODEL)
 	touch $@
+
+$(O200K): $(ENV_STAMP) tools/make_o200k_vocab.py
+	$(PY) tools/make_o200k_vocab.py --out $(@D)
 
 serve: setup
 	$(PY) tools/serve.py $(if $(MODEL),--model $(MODEL)) $(if $(SERVED_MODEL_NAME),--served-model-name $(SERVED_MODEL_NAME))

@@ -26,3 +26,15 @@ def tokenizer(tiny_model):
     from tritonchat.template import load_tokenizer  # noqa: PLC0415  (transformers is a heavy import)
 
     return load_tokenizer(str(tiny_model))
+
+
+@pytest.fixture(scope="session")
+def harmony_vocab():
+    """The o200k vocabulary openai_harmony reads (gpt-oss parsers), made offline from
+    quicktok-v1's ranks, with TIKTOKEN_ENCODINGS_BASE pointing at it (as `make setup` does)."""
+    from tools import make_o200k_vocab  # noqa: PLC0415
+
+    target = make_o200k_vocab.make(ROOT / "build" / "o200k")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TIKTOKEN_ENCODINGS_BASE", str(target.parent))
+        yield target.parent

@@ -43,6 +43,20 @@ def add_test_model(repo: Path, name: str, source: str | None = None) -> Path:
     return dst
 
 
+def add_llmapi_model(repo: Path, name: str, tokenizer: Path, decoupled: bool = True) -> Path:
+    """The stand-in for TensorRT-LLM's LLM API model under `name`; its model.yaml names
+    `tokenizer` as the model and sets whether it is decoupled (as NVIDIA's model.yaml does)."""
+    import yaml  # noqa: PLC0415
+
+    dst = add_test_model(repo, name, "llmapi_mock")
+    path = dst / "1" / "model.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["model"] = str(tokenizer)
+    config["triton_config"]["decoupled"] = decoupled
+    path.write_text(yaml.safe_dump(config))
+    return dst
+
+
 def tokenizer_with_template(base: Path, out: Path, template: str) -> Path:
     """A copy of `base`'s tokenizer files whose chat template is `template` (no weights)."""
     out.mkdir(parents=True)

@@ -26,6 +26,12 @@ class ChoiceText:
         self.tools = tools
 
     @property
+    def reads_reasoning(self) -> bool:
+        """Whether reasoning is separated out (by the reasoning parser, or by a tool parser that
+        reads it too, as Harmony's does): the whole message then has a reasoning field."""
+        return self.reasoning is not None or bool(getattr(self.tools, "reads_reasoning", False))
+
+    @property
     def calls(self) -> list[ToolCall]:
         return self.tools.calls if self.tools is not None else []
 
@@ -54,6 +60,7 @@ class ChoiceText:
         if self.tools is None:
             return out
         rest = self.tools.finish()
+        out.reasoning += rest.reasoning  # a parser of both (Harmony's channels) gives reasoning too
         out.content += rest.content
         out.tool_calls += rest.tool_calls
         return out

@@ -264,7 +264,7 @@ class ChatResponseBuilder(ResponseBuilder):
         message = {"role": "assistant", "content": content, "refusal": None}
         if parsed.tool_calls:
             message["tool_calls"] = [_call(call) for call in parsed.tool_calls]
-        if state.parser.reasoning is not None and self.reasoning_field:
+        if state.parser.reads_reasoning and self.reasoning_field:
             message[self.reasoning_field] = parsed.reasoning
         return message
 

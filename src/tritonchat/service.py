@@ -23,7 +23,7 @@ import numpy as np
 from . import __version__
 from .errors import BadRequestError
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
-from .parsers import get_tool_parser
+from .parsers import get_reasoning_parser, get_tool_parser
 from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
 from .repository import config_context_length, generation_eos_ids
@@ -89,6 +89,7 @@ class Service:
                 eos_token_ids=eos_token_ids(settings.tokenizer, tokenizer),
                 keeps_special_tokens=not settings.trtllm_skip_special_tokens,
                 lora_task_ids=settings.lora_task_id_map,
+                lora_paths=settings.lora_path_map,
             )
         )
         fingerprint = f"{__version__}|{settings.served_model_name}|{settings.target_model}"
@@ -114,6 +115,8 @@ class Service:
         prompt = self.render(request)
         builder_args, structured, sampling = self.reading(request, prompt)
         generations = plan_generations(asked, request, prompt, self.limits, structured, sampling)
+        if structured or sampling:  # what tool_choice and the parsers add must suit the target too
+            self.format.check(generations[0])
         builder = self.builder_class(
             completion_id=self.id_prefix + (request_id or uuid.uuid4().hex),
             created=int(time.time()),
@@ -262,14 +265,24 @@ def content_chars(request) -> int:
 
 
 def check_special_tokens(settings: Settings) -> None:
-    """Refuse a tool-call parser whose markers are special tokens (Mistral's [TOOL_CALLS]) on an
-    ensemble whose postprocessing drops them: no call would ever be found. The vLLM and
+    """Refuse a parser whose markers are special tokens (Mistral's [TOOL_CALLS], Harmony's
+    channels) on a target that drops them: an ensemble whose postprocessing skips them, or
+    TensorRT-LLM's LLM API model (no input for it); nothing would ever be found. The vLLM and
     `tensorrt_llm` formats keep them per request."""
-    if settings.request_format != "trtllm" or not settings.tool_call_parser or not settings.trtllm_skip_special_tokens:
+    needing = [(key, name) for key, name, lookup in (
+        ("tool_call_parser", settings.tool_call_parser, get_tool_parser),
+        ("reasoning_parser", settings.reasoning_parser, get_reasoning_parser),
+    ) if name and lookup(name).needs_special_tokens]
+    if not needing:
         return
-    if get_tool_parser(settings.tool_call_parser).needs_special_tokens:
+    key, name = needing[0]
+    if settings.request_format == "llmapi":
         raise ValueError(
-            f"tool_call_parser {settings.tool_call_parser!r} needs special tokens in the generated text, and the "
+            f"{key} {name!r} needs special tokens in the generated text, and "
+            "TensorRT-LLM's LLM API model drops them (it has no skip_special_tokens input).")
+    if settings.request_format == "trtllm" and settings.trtllm_skip_special_tokens:
+        raise ValueError(
+            f"{key} {name!r} needs special tokens in the generated text, and the "
             "ensemble's postprocessing model drops them (its skip_special_tokens parameter, true by default). Set "
             "skip_special_tokens to false in the postprocessing config.pbtxt and trtllm_skip_special_tokens to false "
             "here, or use request_format tensorrt_llm.")

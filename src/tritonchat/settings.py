@@ -17,7 +17,7 @@ from .parsers.base import get_reasoning_parser, get_tool_parser
 
 log = logging.getLogger(__name__)
 
-REQUEST_FORMATS = ("vllm", "trtllm", "tensorrt_llm")
+REQUEST_FORMATS = ("vllm", "trtllm", "tensorrt_llm", "llmapi")
 TRANSPORTS = ("http", "grpc", "bls")
 
 
@@ -41,7 +41,8 @@ class Settings:
     request_format: str = setting(
         "vllm",
         "the target's tensor interface: `vllm` (Triton's vLLM backend), `trtllm` (NVIDIA's TensorRT-LLM `ensemble` / "
-        "`tensorrt_llm_bls`) or `tensorrt_llm` (the `tensorrt_llm` model itself, token ids); see "
+        "`tensorrt_llm_bls`), `tensorrt_llm` (the `tensorrt_llm` model itself, token ids) or `llmapi` (TensorRT-LLM's "
+        "LLM API model); see "
         "[TensorRT-LLM](#tensorrt-llm)",
         REQUEST_FORMATS,
         user=True,
@@ -128,10 +129,17 @@ class Settings:
         "TensorRT-LLM formats: `adapter:task_id,...`; `\"model\": \"<served><lora_separator><adapter>\"` sends that "
         "`lora_task_id` (the adapter's weights must already be in the engine's LoRA cache)",
     )
-    tool_call_parser: str = setting(
-        "", "`hermes`, `llama3_json`, `mistral` or `pythonic`; empty: `tool_choice: \"auto\"` is refused", user=True
+    lora_paths: str = setting(
+        "",
+        "`llmapi`: `adapter=/path/on/the/server,...`; `\"model\": \"<served><lora_separator><adapter>\"` sends that "
+        "adapter's `lora_name`, `lora_path` and an id (its place in the sorted list, from 1)",
     )
-    reasoning_parser: str = setting("", "`deepseek_r1` or `qwen3`; empty: reasoning stays in `content`", user=True)
+    tool_call_parser: str = setting(
+        "", "`hermes`, `llama3_json`, `mistral`, `pythonic`, `qwen3_coder`, `deepseek_v3`, `deepseek_v31`, `kimi_k2`, "
+        "`granite`, `llama4_pythonic` or `openai` (gpt-oss); empty: `tool_choice: \"auto\"` is refused", user=True
+    )
+    reasoning_parser: str = setting(
+        "", "`deepseek_r1`, `qwen3` or `openai_gptoss` (gpt-oss); empty: reasoning stays in `content`", user=True)
     reasoning_field: str = setting(
         "reasoning", "the response field for reasoning: vLLM's current `reasoning`, or `reasoning_content` (its "
         "earlier name, also DeepSeek's); both are accepted in history", ("reasoning", "reasoning_content")
@@ -187,6 +195,16 @@ class Settings:
             mapping[name] = int(task_id)
         return mapping
 
+    @property
+    def lora_path_map(self) -> dict[str, str]:
+        mapping = {}
+        for item in filter(None, (part.strip() for part in self.lora_paths.split(","))):
+            name, sep, path = item.partition("=")
+            if not sep or not name.strip() or not path.strip():
+                raise ConfigError(f"parameter 'lora_paths' must look like 'name=/path,other=/path'; got {item!r}")
+            mapping[name.strip()] = path.strip()
+        return mapping
+
     @classmethod
     def from_parameters(cls, parameters: dict[str, str], model_repository: str | Path | None) -> Settings:
         """Build settings from flat `{key: string value}` parameters and the model's own directory."""
@@ -208,6 +226,7 @@ class Settings:
                 except ValueError as exc:
                     raise ConfigError(f"parameter {key!r}: {exc}") from None
         settings.lora_task_id_map  # noqa: B018  (raises ConfigError when malformed)
+        settings.lora_path_map  # noqa: B018
         settings.loopback_header_map  # noqa: B018
         return settings._resolve(Path(model_repository) if model_repository else None)
 
@@ -223,7 +242,8 @@ class Settings:
         if not served:
             served = self.target_model
         max_len = self.max_model_len or int(engine_args.get("max_model_len") or 0)
-        adapters = read_lora_adapters(engine_args, version_dir) or tuple(self.lora_task_id_map)
+        adapters = read_lora_adapters(engine_args, version_dir) or tuple(self.lora_task_id_map) or tuple(
+            self.lora_path_map)
         return replace(self, tokenizer=str(tokenizer), served_model_name=str(served), max_model_len=max_len,
                        lora_adapters=adapters)
 

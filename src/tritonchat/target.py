@@ -30,6 +30,7 @@ class TargetInterface:
     inputs: frozenset[str]
     outputs: frozenset[str]
     server_version: str = ""
+    decoupled: bool = True
 
     @classmethod
     def from_config(cls, config: dict, server_version: str = "") -> TargetInterface:
@@ -37,6 +38,7 @@ class TargetInterface:
             frozenset(tensor["name"] for tensor in config.get("input", [])),
             frozenset(tensor["name"] for tensor in config.get("output", [])),
             server_version,
+            bool((config.get("model_transaction_policy") or {}).get("decoupled", False)),
         )
 
 
@@ -105,4 +107,5 @@ def adapt_options(options: FormatOptions, interface: TargetInterface, *, seed_in
         token_count_outputs=counts,
         structured_outputs_key=structured_outputs_key or vllm_structured_outputs_key(interface),
         target_inputs=inputs,
+        target_decoupled=interface.decoupled,
     )

@@ -146,7 +146,8 @@ class PromptRenderer:
                     ]
                 reasoning = message.reasoning_content or message.reasoning
                 if reasoning is not None:
-                    item["reasoning_content"] = reasoning
+                    # Qwen3's and DeepSeek's templates read reasoning_content, gpt-oss's thinking.
+                    item["reasoning_content"] = item["thinking"] = reasoning
             elif message.role == "tool":
                 item["tool_call_id"] = message.tool_call_id
             out.append(item)

@@ -162,6 +162,8 @@ def plan_tools(
     reasoning_class = get_reasoning_parser(reasoning_parser) if reasoning_parser else None
     structured = None
     sampling = None
+    if reasoning_class is not None and reasoning_class.needs_special_tokens:  # Harmony's channel markers
+        sampling = {"skip_special_tokens": False}
     finish = "tool_calls"
     if isinstance(choice, NamedToolChoice):
         name = choice.function.name
@@ -179,6 +181,8 @@ def plan_tools(
         parser_class = get_tool_parser(tool_call_parser)
         if parser_class.needs_special_tokens:
             sampling = {"skip_special_tokens": False}
+        if getattr(parser_class, "reads_reasoning", False):  # it separates the reasoning itself (Harmony)
+            reasoning_class = None
 
         def make_tools() -> ToolParser | None:
             parser = parser_class(request_tools(request))

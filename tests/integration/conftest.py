@@ -11,9 +11,10 @@ Its repository holds:
   (and `completions_trtllm`, `completions_tensorrt_llm` in front of the TensorRT-LLM stand-ins);
 - `chat_tools` (and `chat_tools_trtllm`, `chat_tools_tensorrt_llm`): `openai_chat` with the
   hermes tool-call and qwen3 reasoning parsers, in front of each scripted model;
-- `ensemble` and `tensorrt_llm`: stand-ins with the interfaces of NVIDIA's TensorRT-LLM
-  models, and `chat_trtllm` / `chat_tensorrt_llm`: `openai_chat` in front of each with the
-  `trtllm` and `tensorrt_llm` request formats (and over the other transports;
+- `ensemble`, `tensorrt_llm` and `llmapi`: stand-ins with the interfaces of NVIDIA's
+  TensorRT-LLM models (`llmapi_not_decoupled`: the LLM API model as NVIDIA's model.yaml
+  configures it), and `chat_trtllm` / `chat_tensorrt_llm` / `chat_llmapi`: `openai_chat` in
+  front of each with the `trtllm`, `tensorrt_llm` and `llmapi` request formats (and over the other transports;
   `chat_trtllm_counting` counts tokens itself instead of asking the ensemble).
 The vLLM model serves one LoRA adapter, `tiny-lora` (random weights), named
 `tiny-chat:tiny-lora` through `openai_chat`.
@@ -29,6 +30,7 @@ import pytest
 from tests.helpers import ChatClient
 from tools.repositories import (
     add_chat_model,
+    add_llmapi_model,
     add_test_model,
     add_vllm_model,
     old_release_config,
@@ -57,6 +59,30 @@ OTHER_TEMPLATES = {
 }
 
 
+# A Harmony-format template in the shape of gpt-oss's (system message with the reasoning
+# effort, tools as a `functions` namespace in a developer message, calls and tool results on
+# the commentary channel, the prompt ending in `<|start|>assistant`).
+HARMONY_TEMPLATE = (
+    "<|start|>system<|message|>You are a helpful assistant.\nReasoning: {{ reasoning_effort | default('medium') }}"
+    "\n\n# Valid channels: analysis, commentary, final.<|end|>"
+    "{% if tools %}<|start|>developer<|message|># Tools\n\n## functions\n\nnamespace functions {\n"
+    "{% for tool in tools %}// {{ tool.function.description }}\ntype {{ tool.function.name }} = "
+    "(_: {{ tool.function.parameters | tojson }}) => any;\n{% endfor %}} // namespace functions<|end|>{% endif %}"
+    "{% for message in messages %}"
+    "{% if message.role == 'user' or message.role == 'system' %}"
+    "<|start|>{{ 'user' if message.role == 'user' else 'developer' }}<|message|>{{ message.content }}<|end|>"
+    "{% elif message.role == 'assistant' %}"
+    "{% if message.reasoning_content %}<|start|>assistant<|channel|>analysis<|message|>{{ message.reasoning_content }}<|end|>{% endif %}"
+    "{% for call in message.tool_calls or [] %}<|start|>assistant to=functions.{{ call.function.name }}"
+    "<|channel|>commentary json<|message|>{{ call.function.arguments | tojson }}<|call|>{% endfor %}"
+    "{% if message.content %}<|start|>assistant<|channel|>final<|message|>{{ message.content }}<|end|>{% endif %}"
+    "{% elif message.role == 'tool' %}<|start|>functions.{{ message.name | default('tool') }} to=assistant"
+    "<|channel|>commentary<|message|>{{ message.content }}<|end|>"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant{% endif %}"
+)
+
+
 @dataclass(frozen=True)
 class Route:
     """One way `openai_chat` reaches a scripted generation model."""
@@ -80,6 +106,7 @@ ROUTES = [
     Route("tensorrt_llm", "http", "chat_tensorrt_llm", "tensorrt_llm"),
     Route("tensorrt_llm", "grpc", "chat_tensorrt_llm_grpc", "tensorrt_llm"),
     Route("tensorrt_llm", "bls", "chat_tensorrt_llm_bls", "tensorrt_llm"),
+    Route("llmapi", "http", "chat_llmapi", "llmapi"),
 ]
 
 
@@ -105,6 +132,10 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         config = add_test_model(repo, name, source) / "config.pbtxt"
         config.write_text(set_parameter(config.read_text(), "tokenizer_dir", str(tiny_model)))
     trt = {**scripted, "max_model_len": "2048"}
+    add_llmapi_model(repo, "llmapi", tiny_model)
+    add_llmapi_model(repo, "llmapi_not_decoupled", tiny_model, decoupled=False)
+    chat_model("chat_llmapi_not_decoupled", request_format="llmapi",
+               **{**trt, "target_model": "llmapi_not_decoupled"})
     for route in ROUTES:
         target = {"target_model": route.target, "request_format": route.fmt} if route.fmt != "vllm" else {}
         trust = {"trust_request_chat_template": "true"} if route.model == "chat_scripted" else {}
@@ -118,9 +149,13 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         tokenizer_dir = tokenizer_with_template(tiny_model, tmp_path_factory.mktemp(name) / "tokenizer", template)
         chat_model(f"chat_{name}", **{**scripted, "tokenizer": str(tokenizer_dir)})
     chat_model("completions_scripted", source="openai_completions", **scripted)
+    # gpt-oss's output format, read with vLLM's two Harmony parsers.
+    harmony = tokenizer_with_template(tiny_model, tmp_path_factory.mktemp("harmony") / "tokenizer", HARMONY_TEMPLATE)
+    chat_model("chat_gptoss", tool_call_parser="openai", reasoning_parser="openai_gptoss",
+               **{**scripted, "tokenizer": str(harmony)})
     tools = dict(tool_call_parser="hermes", reasoning_parser="qwen3")
     chat_model("chat_tools", **tools, **scripted)
-    for fmt, target in (("trtllm", "ensemble"), ("tensorrt_llm", "tensorrt_llm")):
+    for fmt, target in (("trtllm", "ensemble"), ("tensorrt_llm", "tensorrt_llm"), ("llmapi", "llmapi")):
         chat_model(f"chat_tools_{fmt}", request_format=fmt, **tools, **{**trt, "target_model": target})
         chat_model(f"completions_{fmt}", source="openai_completions", request_format=fmt,
                    **{**trt, "target_model": target})
@@ -147,6 +182,8 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     chat_model("chat_trtllm_counting", request_format="trtllm", trtllm_token_counts="false",
                **{**trt, "target_model": "ensemble"})
     lora = write_random_lora(tiny_model, tmp_path_factory.mktemp("lora") / "tiny-lora")
+    chat_model("chat_llmapi_lora", request_format="llmapi", lora_separator=":", lora_paths=f"tiny-lora={lora}",
+               **{**trt, "target_model": "llmapi"})
     add_vllm_model(
         repo,
         "vllm_model",
@@ -235,7 +272,8 @@ def completions(triton) -> ChatClient:
     return ChatClient(triton.http_url, "openai_completions")
 
 
-COMPLETION_MODELS = {"vllm": "completions_scripted", "trtllm": "completions_trtllm", "tensorrt_llm": "completions_tensorrt_llm"}
+COMPLETION_MODELS = {"vllm": "completions_scripted", "trtllm": "completions_trtllm",
+                     "tensorrt_llm": "completions_tensorrt_llm", "llmapi": "completions_llmapi"}
 
 
 @pytest.fixture(params=list(COMPLETION_MODELS))
@@ -246,7 +284,8 @@ def completions_scripted(triton, request) -> ChatClient:
     return client
 
 
-TOOL_MODELS = {"vllm": "chat_tools", "trtllm": "chat_tools_trtllm", "tensorrt_llm": "chat_tools_tensorrt_llm"}
+TOOL_MODELS = {"vllm": "chat_tools", "trtllm": "chat_tools_trtllm", "tensorrt_llm": "chat_tools_tensorrt_llm",
+               "llmapi": "chat_tools_llmapi"}
 
 
 @pytest.fixture(params=list(TOOL_MODELS))

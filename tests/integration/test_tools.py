@@ -118,9 +118,21 @@ def test_parallel_tool_calls_false_keeps_the_first(chat_tools):
     assert [c["name"] for c in collect_stream(result.chunks)["calls"]] == ["get_weather"]
 
 
+def refused_without_constrained_generation(chat_tools, request: dict) -> bool:
+    """TensorRT-LLM's LLM API model has no guided-decoding input: a named or required
+    tool_choice is a 400, as response_format is."""
+    if chat_tools.fmt != "llmapi":
+        return False
+    status, body = chat_tools.create(request)
+    assert status == 400 and body["error"]["param"] == "response_format", body
+    return True
+
+
 def test_named_tool_choice(chat_tools):
     named = {"type": "function", "function": {"name": "get_weather"}}
     arguments = '{"city": "Lima", "days": 3}'
+    if refused_without_constrained_generation(chat_tools, ask(arguments, tool_choice=named)):
+        return
     _, body = chat_tools.create(ask(arguments, tool_choice=named))
     message = body["choices"][0]["message"]
     assert body["choices"][0]["finish_reason"] == "stop"
@@ -135,6 +147,8 @@ def test_named_tool_choice_constrains_generation(chat_tools):
     """vLLM: structured outputs; TensorRT-LLM: guided decoding, with the function's parameters."""
     named = {"type": "function", "function": {"name": "get_weather"}}
     request = {**ask("x", tool_choice=named), "messages": [{"role": "user", "content": script(echo_request=True)}]}
+    if refused_without_constrained_generation(chat_tools, request):
+        return
     _, echoed = chat_tools.create(request)
     # The echo is what the constrained model "generated": the call's arguments.
     seen = json.loads(echoed["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])
@@ -148,6 +162,8 @@ def test_named_tool_choice_constrains_generation(chat_tools):
 
 def test_required_tool_choice(chat_tools):
     output = '[{"name": "get_time", "parameters": {}}, {"name": "get_weather", "parameters": {"city": "Oslo", "days": 1}}]'
+    if refused_without_constrained_generation(chat_tools, ask(output, tool_choice="required")):
+        return
     _, body = chat_tools.create(ask(output, tool_choice="required"))
     assert body["choices"][0]["finish_reason"] == "tool_calls"
     calls = body["choices"][0]["message"]["tool_calls"]

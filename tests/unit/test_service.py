@@ -91,6 +91,16 @@ def test_target_format_refusals_come_from_the_policy_check(settings, tokenizer):
     assert info.value.param == "min_p"
 
 
+def test_what_tool_choice_adds_is_checked_against_the_target_too(settings, tokenizer):
+    """A named tool_choice constrains generation; a target without constrained generation
+    refuses it as it refuses response_format."""
+    service = ChatService(replace(settings, request_format="llmapi"), tokenizer)
+    named = {"type": "function", "function": {"name": "f"}}
+    with pytest.raises(BadRequestError) as info:
+        service.prepare(body(tools=[{"type": "function", "function": {"name": "f"}}], tool_choice=named))
+    assert info.value.param == "response_format" and "tool_choice" in str(info.value)
+
+
 def test_a_parser_that_needs_special_tokens_refuses_an_ensemble_that_drops_them(settings, tokenizer):
     """NVIDIA's postprocessing drops special tokens by default, so Mistral's [TOOL_CALLS] never
     reaches the parser: refused at load, with what to change."""
@@ -100,6 +110,11 @@ def test_a_parser_that_needs_special_tokens_refuses_an_ensemble_that_drops_them(
     ChatService(replace(mistral, trtllm_skip_special_tokens=False), tokenizer)
     ChatService(replace(mistral, request_format="tensorrt_llm"), tokenizer)
     ChatService(replace(mistral, tool_call_parser="hermes"), tokenizer)
+    with pytest.raises(ValueError, match="LLM API"):  # it has no input to keep them
+        ChatService(replace(mistral, request_format="llmapi"), tokenizer)
+    # Harmony's channel markers (gpt-oss's reasoning parser) are special tokens too.
+    with pytest.raises(ValueError, match="reasoning_parser 'openai_gptoss'"):
+        ChatService(replace(settings, request_format="trtllm", reasoning_parser="openai_gptoss"), tokenizer)
 
 
 def test_a_trusted_request_template_still_renders_in_a_sandbox(settings, tokenizer):

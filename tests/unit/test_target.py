@@ -72,7 +72,8 @@ def test_fetch_interface_reads_the_config_endpoint():
         def do_GET(self):  # noqa: N802
             seen.append((self.path, self.headers.get("x-key")))
             body = {"/v2": {"name": "triton", "version": "2.51.0"},
-                    "/v2/models/ensemble/config": {"input": [{"name": "random_seed"}], "output": [{"name": "text_output"}]},
+                    "/v2/models/ensemble/config": {"input": [{"name": "random_seed"}], "output": [{"name": "text_output"}],
+                                                     "model_transaction_policy": {"decoupled": True}},
                     }.get(self.path)
             self.send_response(200 if body else 404)
             self.end_headers()
@@ -86,7 +87,8 @@ def test_fetch_interface_reads_the_config_endpoint():
     try:
         url = f"127.0.0.1:{server.server_port}"
         interface = fetch_interface(url, "ensemble", headers={"x-key": "k"})
-        assert interface == TargetInterface(frozenset({"random_seed"}), frozenset({"text_output"}), "2.51.0")
+        assert interface == TargetInterface(frozenset({"random_seed"}), frozenset({"text_output"}), "2.51.0", True)
+        assert TargetInterface.from_config({"input": [], "output": []}).decoupled is False  # Triton's default
         assert ("/v2/models/ensemble/config", "k") in seen
         with pytest.raises(Exception):  # noqa: B017
             fetch_interface(url, "missing")

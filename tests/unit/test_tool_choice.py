@@ -128,3 +128,35 @@ def test_required_schema_without_parameters():
 def test_mistral_keeps_special_tokens_in_the_text():
     assert plan(request(tools=[WEATHER]), parser="mistral").sampling == {"skip_special_tokens": False}
     assert plan(request(tools=[WEATHER]), parser="hermes").sampling is None
+
+
+HARMONY_CALL = (
+    "<|channel|>analysis<|message|>Needs the weather.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    '<|message|>{"city": "Oslo"}<|call|>'
+)
+
+
+def test_harmony_parsers_read_reasoning_and_calls_together(harmony_vocab):
+    """gpt-oss: with both of vLLM's parsers configured, the tool parser reads the channels
+    itself (analysis as reasoning, calls to functions.*), streamed as whole; the engine keeps
+    the channel markers."""
+    tool_plan = plan(request(tools=[WEATHER]), parser="openai", reasoning="openai_gptoss")
+    assert tool_plan.sampling == {"skip_special_tokens": False}
+    whole = tool_plan.choice_text().parse(HARMONY_CALL)
+    assert whole.reasoning == "Needs the weather."
+    assert [(c.name, c.arguments) for c in whole.tool_calls] == [("get_weather", '{"city": "Oslo"}')]
+    assert whole.content is None
+    for seed in range(5):
+        choice = tool_plan.choice_text()
+        deltas = stream(choice, splits(HARMONY_CALL, seed))
+        assert "".join(d.reasoning for d in deltas) == "Needs the weather."
+        assert "".join(c.arguments for d in deltas for c in d.tool_calls) == '{"city": "Oslo"}'
+
+
+def test_harmony_reasoning_alone_without_tools(harmony_vocab):
+    final = "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>Sunny.<|return|>"
+    tool_plan = plan(request(), parser="openai", reasoning="openai_gptoss")
+    assert tool_plan.sampling == {"skip_special_tokens": False}
+    whole = tool_plan.choice_text().parse(final)
+    assert (whole.reasoning, whole.content, whole.tool_calls) == ("Think.", "Sunny.", [])

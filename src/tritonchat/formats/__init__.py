@@ -1,6 +1,7 @@
 """Request formats of the generation models `openai_chat` can call."""
 
 from .base import Decoder, FormatOptions, GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
+from .llmapi import LlmApiFormat
 from .tensorrt_llm import TensorRtLlmFormat, EnsembleFormat
 from .vllm import VllmFormat
 
@@ -8,6 +9,7 @@ FORMATS: dict[str, type[RequestFormat]] = {
     VllmFormat.name: VllmFormat,
     EnsembleFormat.name: EnsembleFormat,
     TensorRtLlmFormat.name: TensorRtLlmFormat,
+    LlmApiFormat.name: LlmApiFormat,
 }
 
 __all__ = [
@@ -16,6 +18,7 @@ __all__ = [
     "FormatOptions",
     "GenerationOutput",
     "GenerationRequest",
+    "LlmApiFormat",
     "RequestFormat",
     "TensorRtLlmFormat",
     "TokenLogprob",

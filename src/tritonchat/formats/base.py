@@ -88,6 +88,10 @@ class FormatOptions:
         """Whether the target has the input `name` (assumed while its interface is unknown)."""
         return bool(name) and (self.target_inputs is None or name in self.target_inputs)
     lora_task_ids: dict[str, int] = field(default_factory=dict)
+    # `llmapi`: adapter name -> its path on the server's file system.
+    lora_paths: dict[str, str] = field(default_factory=dict)
+    # Whether the target is decoupled (may stream); assumed until its configuration is read.
+    target_decoupled: bool = True
 
 
 class Decoder:

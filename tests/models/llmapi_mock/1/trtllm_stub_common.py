@@ -1,0 +1,1 @@
+../../trtllm_stub_common.py
