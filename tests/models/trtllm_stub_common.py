@@ -6,6 +6,7 @@ directory on `sys.path` (as NVIDIA's `tensorrt_llm_bls` relies on for its `lib/`
 
 import json
 import random
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -60,6 +61,37 @@ def token_index(count, starts: list[int], total: int):
         return None
     count = int(count)
     return starts[count] if count < len(starts) else max(total, count)
+
+
+class ScriptTiming:
+    """A script's pacing and faults, counted in tokens (`starts`: where each chunk begins):
+    first_delay_ms before the first token, interval_ms before each chunk, hang_after (for
+    hang_s, default 30, or until `stopped()`), error_after (error_message)."""
+
+    def __init__(self, script: dict, starts: list[int], total: int):
+        self.script = script
+        self.interval = float(script.get("interval_ms", 0)) / 1000.0
+        self.chunk_starts = set(starts)
+        self.error_after = token_index(script.get("error_after"), starts, total)
+        self.hang_after = token_index(script.get("hang_after"), starts, total)
+        first_delay = float(script.get("first_delay_ms", 0)) / 1000.0
+        if first_delay:
+            time.sleep(first_delay)
+
+    def wait(self, i: int, stopped) -> None:
+        """Before token i: hang or pause as scripted (a hang ends early once `stopped()`)."""
+        if self.hang_after is not None and i == int(self.hang_after):
+            until = time.monotonic() + float(self.script.get("hang_s", 30))
+            while time.monotonic() < until and not stopped():
+                time.sleep(0.02)
+        if self.interval and i in self.chunk_starts:
+            time.sleep(self.interval)
+
+    def fails_at(self, i: int) -> bool:
+        return self.error_after is not None and i >= int(self.error_after)
+
+    def error(self) -> ScriptedError:
+        return ScriptedError(self.script.get("error_message", "scripted failure"))
 
 
 def parse_script(prompt: str) -> dict:

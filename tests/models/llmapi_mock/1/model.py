@@ -54,20 +54,18 @@ import json
 import os
 import random
 import threading
-import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 import yaml
 
 from trtllm_stub_common import (  # linked into this directory, which is on sys.path
-    ScriptedError,
+    ScriptTiming,
     describe_inputs,
     first_value,
     parse_script,
     scripted_finish,
     scripted_tokens,
-    token_index,
 )
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -219,13 +217,7 @@ class TritonPythonModel:
         eos = self.tokenizer.eos_token_id
         if scripted_finish(script) == "stop" and eos is not None:
             ids = ids + [eos]
-        interval = float(script.get("interval_ms", 0)) / 1000.0
-        chunk_starts = set(starts)
-        error_after = token_index(script.get("error_after"), starts, len(ids))
-        hang_after = token_index(script.get("hang_after"), starts, len(ids))
-        first_delay = float(script.get("first_delay_ms", 0)) / 1000.0
-        if first_delay:
-            time.sleep(first_delay)
+        timing = ScriptTiming(script, starts, len(ids))
 
         out: list[int] = []
         text = ""  # CompletionOutput.text: stable, an incomplete character held back
@@ -236,19 +228,14 @@ class TritonPythonModel:
 
         finish, stop_reason = None, None
         for i, token in enumerate(ids):
-            if hang_after is not None and i == int(hang_after):
-                until = time.monotonic() + float(script.get("hang_s", 30))
-                while time.monotonic() < until and not (request.is_cancelled() or stop_event.is_set()):
-                    time.sleep(0.02)
-            if interval and i in chunk_starts:
-                time.sleep(interval)
+            timing.wait(i, lambda: request.is_cancelled() or stop_event.is_set())
             if request.is_cancelled() or stop_event.is_set():
                 pb_utils.Logger.log_info(f"{self.model_name}: request {request.request_id()!r} cancelled after {i} tokens")
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
                     "Request cancelled by client", pb_utils.TritonError.CANCELLED)), flags=FINAL)
                 return
-            if error_after is not None and i >= int(error_after):
-                raise ScriptedError(script.get("error_message", "scripted failure"))
+            if timing.fails_at(i):
+                raise timing.error()
             if token == eos:
                 finish = "stop"
                 break
@@ -266,8 +253,8 @@ class TritonPythonModel:
             if streaming:
                 sender.send(response(text))
         else:  # the script ran out without EOS ("finish": "length")
-            if error_after is not None:
-                raise ScriptedError(script.get("error_message", "scripted failure"))
+            if timing.error_after is not None:
+                raise timing.error()
             finish = "length"
         if streaming:
             sender.send(response(text, finish, stop_reason), flags=FINAL)

@@ -58,16 +58,14 @@ tensor has the batch dimension of size 1):
 
 import json
 import threading
-import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from trtllm_stub_common import (
-    ScriptedError,  # linked into this directory, which is on sys.path
+    ScriptTiming,  # linked into this directory, which is on sys.path
     scripted_tokens,
     scripted_finish,
-    token_index,
     parse_script,
     describe_inputs,
     first_value,
@@ -210,13 +208,7 @@ class TritonPythonModel:
         stop_sequences = parse_word_list(stop_words.as_numpy()[0]) if stop_words is not None else []
         out, reason = plan_generation(ids, max_tokens, end_id, stop_sequences, scripted_finish(script))
 
-        interval = float(script.get("interval_ms", 0)) / 1000.0
-        chunk_starts = set(starts)
-        error_after = token_index(script.get("error_after"), starts, len(ids))
-        hang_after = token_index(script.get("hang_after"), starts, len(ids))
-        first_delay = float(script.get("first_delay_ms", 0)) / 1000.0
-        if first_delay:
-            time.sleep(first_delay)
+        timing = ScriptTiming(script, starts, len(ids))
 
         def ended(i: int) -> bool:
             if request.is_cancelled() or stop_event.is_set():
@@ -227,12 +219,7 @@ class TritonPythonModel:
 
         generated = 0
         for i, token in enumerate(out):
-            if hang_after is not None and i == int(hang_after):
-                until = time.monotonic() + float(script.get("hang_s", 30))
-                while time.monotonic() < until and not (request.is_cancelled() or stop_event.is_set()):
-                    time.sleep(0.02)
-            if interval and i in chunk_starts:
-                time.sleep(interval)
+            timing.wait(i, lambda: request.is_cancelled() or stop_event.is_set())
             if ended(i):
                 if stream:
                     sender.send(response([], i, 0), flags=FINAL)
@@ -240,14 +227,14 @@ class TritonPythonModel:
                     done = out[:i] if exclude_input else prompt_ids + out[:i]
                     sender.send(response(done, 0, i), flags=FINAL)
                 return
-            if error_after is not None and i >= int(error_after):
-                raise ScriptedError(script.get("error_message", "scripted failure"))
+            if timing.fails_at(i):
+                raise timing.error()
             generated = i + 1
             if stream:
-                last = generated == len(out) and reason != "end_id" and error_after is None
+                last = generated == len(out) and reason != "end_id" and timing.error_after is None
                 sender.send(response([token], i, 1), flags=FINAL if last else 0)
-        if error_after is not None:
-            raise ScriptedError(script.get("error_message", "scripted failure"))
+        if timing.error_after is not None:
+            raise timing.error()
         if stream:
             if reason == "end_id" or not out:
                 sender.send(response([], generated, 0), flags=FINAL)

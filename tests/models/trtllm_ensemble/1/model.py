@@ -63,16 +63,14 @@ Responses (decoupled; every tensor has the batch dimension, batch size 1):
 
 import json
 import threading
-import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from trtllm_stub_common import (
-    ScriptedError,  # linked into this directory, which is on sys.path
+from trtllm_stub_common import (  # linked into this directory, which is on sys.path
+    ScriptTiming,
     scripted_tokens,
     scripted_finish,
-    token_index,
     parse_script,
     describe_inputs,
     first_value,
@@ -173,26 +171,15 @@ class TritonPythonModel:
                     stop_sequences.append(seq)
         out, reason = plan_generation(ids, max_tokens, end_id, stop_sequences, scripted_finish(script))
 
-        interval = float(script.get("interval_ms", 0)) / 1000.0
-        chunk_starts = set(starts)
-        error_after = token_index(script.get("error_after"), starts, len(ids))
-        hang_after = token_index(script.get("hang_after"), starts, len(ids))
-        first_delay = float(script.get("first_delay_ms", 0)) / 1000.0
-        if first_delay:
-            time.sleep(first_delay)
+        timing = ScriptTiming(script, starts, len(ids))
 
         def step(i: int) -> bool:
             """Wait for token i; False when the request was cancelled."""
-            if hang_after is not None and i == int(hang_after):
-                until = time.monotonic() + float(script.get("hang_s", 30))
-                while time.monotonic() < until and not request.is_cancelled():
-                    time.sleep(0.02)
-            if interval and i in chunk_starts:
-                time.sleep(interval)
+            timing.wait(i, request.is_cancelled)
             if self._cancelled(request, i):
                 return False
-            if error_after is not None and i >= int(error_after):
-                raise ScriptedError(script.get("error_message", "scripted failure"))
+            if timing.fails_at(i):
+                raise timing.error()
             return True
 
         for i, token in enumerate(out):
@@ -200,8 +187,8 @@ class TritonPythonModel:
                 return
             if stream:
                 sender.send(response(self.tokenizer.decode([token], skip_special_tokens=True), 1, i, 1))
-        if error_after is not None:
-            raise ScriptedError(script.get("error_message", "scripted failure"))
+        if timing.error_after is not None:
+            raise timing.error()
         if stream:
             if reason == "end_id":
                 sender.send(response("", 0, len(out), 0))
