@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from . import __version__
 from .errors import BadRequestError
+from .images import ImagePolicy, count_images, load_images, model_has_vision
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
 from .parsers import get_reasoning_parser, get_tool_parser
 from .plan import Limits, ModelNames, plan_generations, requested_generation
@@ -92,6 +93,10 @@ class Service:
                 lora_paths=settings.lora_path_map,
             )
         )
+        self.image_policy = ImagePolicy(
+            max_images=settings.max_images, max_bytes=settings.max_image_bytes,
+            allowlist=settings.image_url_prefixes, fetch_timeout_s=settings.image_fetch_timeout_s)
+        self.image_rule = image_rule(settings)
         fingerprint = f"{__version__}|{settings.served_model_name}|{settings.target_model}"
         self.system_fingerprint = "fp_" + hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
 
@@ -113,6 +118,8 @@ class Service:
         request = self.parse(body)
         asked = self.check_policy(request)
         prompt = self.render(request)
+        if count_images(request):  # read after the cheaper checks and the template accepted them
+            asked = replace(asked, images=tuple(image.data for image in load_images(request, self.image_policy)))
         builder_args, structured, sampling = self.reading(request, prompt)
         generations = plan_generations(asked, request, prompt, self.limits, structured, sampling)
         if structured or sampling:  # what tool_choice and the parsers add must suit the target too
@@ -159,6 +166,7 @@ class Service:
                     "names starting with '_'.",
                     param="chat_template",
                 )
+            self.check_images(request)
             if request.effective_tool_choice == "auto" and not self.settings.tool_call_parser:
                 raise BadRequestError(
                     "This server does not parse tool calls ('tool_call_parser' is not set): use tool_choice 'none', "
@@ -168,6 +176,19 @@ class Service:
         asked = requested_generation(request, lora_name)
         self.format.check(asked)
         return asked
+
+    def check_images(self, request: ChatCompletionRequest) -> None:
+        """Images only where the model and the generation model take them, and not too many."""
+        count = count_images(request)
+        if not count:
+            return
+        reason = self.format.image_refusal() or self.image_rule
+        if reason:
+            raise BadRequestError(f"Images are not supported here: {reason}.", param="messages")
+        if self.settings.max_images and count > self.settings.max_images:
+            raise BadRequestError(
+                f"'messages' holds {count} images; this server allows at most {self.settings.max_images} "
+                "(max_images).", param="messages")
 
     def check_limits(self, request) -> None:
         """The server's caps (settings `max_*`), each a 400 naming the field and the cap."""
@@ -260,8 +281,18 @@ def content_chars(request) -> int:
         if isinstance(content, str):
             total += len(content)
         elif content:
-            total += sum(len(part.text) for part in content)
+            total += sum(len(getattr(part, "text", "")) for part in content)
     return total
+
+
+def image_rule(settings: Settings) -> str | None:
+    """Why this server refuses images whatever the generation model (setting `image_inputs`), or None."""
+    if settings.image_inputs == "false":
+        return "this server takes no images (image_inputs false)"
+    if settings.image_inputs == "auto" and model_has_vision(settings.tokenizer) is False:
+        return ("the model is text-only: its config.json has no vision part (vision_config, ...); set image_inputs "
+                "true if it does take images")
+    return None
 
 
 def check_special_tokens(settings: Settings) -> None:

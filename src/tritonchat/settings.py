@@ -162,6 +162,21 @@ class Settings:
     )
     max_tools: int = setting(128, "most `tools` in a request")
     max_logit_bias: int = setting(300, "most `logit_bias` entries")
+    image_inputs: str = setting(
+        "auto",
+        "whether user messages may carry images (`image_url` parts, see [Images](#images)): `auto`: unless the "
+        "model's config.json (in the `tokenizer` directory) has no vision part (`vision_config`, `vision_tower`, "
+        "...); `true`: always (the generation model decides); `false`: never",
+        ("auto", "true", "false"),
+    )
+    max_images: int = setting(8, "most images in a chat request")
+    max_image_bytes: int = setting(20 * 1024 * 1024, "largest image file in bytes (decoded, or fetched)")
+    image_url_allowlist: str = setting(
+        "",
+        "`http(s)` URL prefixes, comma-separated, from which images may be fetched (e.g. "
+        "`https://images.example.com/`); empty: none, only `data:` URLs",
+    )
+    image_fetch_timeout_s: float = setting(10.0, "time allowed to fetch one image from an allowed URL")
     text_output: bool = setting(
         False,
         "also send a plain `text_output` output with each response: its new text (the choices' content, or "
@@ -184,6 +199,15 @@ class Settings:
                 raise ConfigError(f"parameter 'loopback_headers' must look like 'name=value,...'; got {item!r}")
             headers[name.strip().lower()] = value.strip()
         return headers
+
+    @property
+    def image_url_prefixes(self) -> tuple[str, ...]:
+        prefixes = tuple(filter(None, (part.strip() for part in self.image_url_allowlist.split(","))))
+        for prefix in prefixes:
+            scheme, sep, rest = prefix.partition("://")
+            if not sep or scheme.lower() not in ("http", "https") or not rest:
+                raise ConfigError(f"parameter 'image_url_allowlist' takes http:// or https:// URL prefixes; got {prefix!r}")
+        return prefixes
 
     @property
     def lora_task_id_map(self) -> dict[str, int]:
@@ -228,6 +252,7 @@ class Settings:
         settings.lora_task_id_map  # noqa: B018  (raises ConfigError when malformed)
         settings.lora_path_map  # noqa: B018
         settings.loopback_header_map  # noqa: B018
+        settings.image_url_prefixes  # noqa: B018
         return settings._resolve(Path(model_repository) if model_repository else None)
 
     def _resolve(self, model_dir: Path | None) -> Settings:

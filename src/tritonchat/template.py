@@ -12,7 +12,7 @@ import jinja2
 import jinja2.nodes
 
 from .errors import BadRequestError
-from .protocol import ChatCompletionRequest, TextPart
+from .protocol import ChatCompletionRequest, ImagePart, TextPart
 
 log = logging.getLogger(__name__)
 
@@ -76,23 +76,35 @@ def private_names(template: str) -> list[str]:
     return names
 
 
-def _text(content: str | list[TextPart] | None) -> str:
+def _text(content: str | list[TextPart | ImagePart] | None) -> str:
     """Content for templates that take a string. No content (an assistant turn that only calls
     tools) is "", as vLLM renders it: such templates concatenate it."""
     if content is None:
         return ""
     if isinstance(content, str):
         return content
+    if any(isinstance(part, ImagePart) for part in content):
+        # vLLM would splice its own placeholder into the text; the placeholder belongs to the
+        # model's processor, and a template that takes strings shows none, so refuse instead.
+        raise BadRequestError(
+            "This model's chat template takes message content as a string, so it has no place for images "
+            "(a vision model's template iterates the content parts and writes its image placeholder for each "
+            "image part); send text only, or use a vision model whose template does.",
+            param="messages",
+        )
     return "\n".join(part.text for part in content)
 
 
-def _parts(content: str | list[TextPart] | None) -> list[dict]:
-    """Content for templates that loop over OpenAI parts; no content is no parts."""
+def _parts(content: str | list[TextPart | ImagePart] | None) -> list[dict]:
+    """Content for templates that loop over OpenAI parts; no content is no parts. Images become
+    `{"type": "image"}` in place, as vLLM hands them to processor templates (which write their
+    image placeholder for such parts)."""
     if content is None:
         return []
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    return [{"type": "text", "text": part.text} for part in content]
+    return [{"type": "image"} if isinstance(part, ImagePart) else {"type": "text", "text": part.text}
+            for part in content]
 
 
 def _arguments(arguments: str) -> Any:
@@ -168,9 +180,10 @@ class PromptRenderer:
         tools = [tool.model_dump(exclude_none=True, by_alias=True) for tool in request.tools] if request.tools else None
         if request.chat_template is not None:
             kwargs["chat_template"] = request.chat_template
+        messages = self.messages(request)
         try:
             text = self.tokenizer.apply_chat_template(
-                self.messages(request),
+                messages,
                 tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final,

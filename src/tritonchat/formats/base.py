@@ -25,6 +25,8 @@ class GenerationRequest:
     logprobs: int | None = None
     # Structured-output constraint, as vLLM's StructuredOutputsParams fields (json, json_object, ...).
     structured: dict[str, Any] | None = None
+    # Image files for the prompt's image placeholders, in prompt order (checked images.py).
+    images: tuple[bytes, ...] = ()
 
 
 @dataclass
@@ -128,6 +130,10 @@ class RequestFormat:
 
     def check(self, request: GenerationRequest) -> None:
         """Raise BadRequestError for what this generation model cannot do."""
+
+    def image_refusal(self) -> str | None:
+        """Why this generation model takes no images, or None when it does."""
+        return "this request format sends no images"
 
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         raise NotImplementedError

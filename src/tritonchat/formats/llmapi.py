@@ -74,7 +74,13 @@ class LlmApiFormat(RequestFormat):
 
     name = "llmapi"
 
+    def image_refusal(self) -> str | None:
+        return ("TensorRT-LLM's LLM API model takes a text prompt only (it has no input for images); serve vision "
+                "models on Triton's vLLM backend (request_format vllm)")
+
     def check(self, request: GenerationRequest) -> None:
+        if request.images:
+            raise BadRequestError(f"Images are not supported here: {self.image_refusal()}.", param="messages")
         for key in _UNSUPPORTED:
             if key in request.sampling:
                 raise BadRequestError(

@@ -74,6 +74,8 @@ class _TensorRtLlmBase(RequestFormat):
         return list(request.sampling.get("stop") or [])
 
     def check(self, request: GenerationRequest) -> None:
+        if request.images:
+            raise BadRequestError(f"Images are not supported here: {self.image_refusal()}.", param="messages")
         for key, field in _UNSUPPORTED.items():
             if key in request.sampling:
                 raise BadRequestError(f"'{field}' is not supported by this TensorRT-LLM model.", param=field)
@@ -147,6 +149,12 @@ class EnsembleFormat(_TensorRtLlmBase):
     """NVIDIA's `ensemble` / `tensorrt_llm_bls` models."""
 
     name = "trtllm"
+
+    def image_refusal(self) -> str | None:
+        return ("NVIDIA's TensorRT-LLM ensemble takes images only through its multimodal pipeline (a separate "
+                "vision-encoder model whose features reach the engine as a prompt table, with model-specific "
+                "preprocessing), which this request format does not drive; serve vision models on Triton's vLLM "
+                "backend (request_format vllm)")
 
     def check(self, request: GenerationRequest) -> None:
         super().check(request)
@@ -251,6 +259,11 @@ class TensorRtLlmFormat(_TensorRtLlmBase):
     top_k_input = "runtime_top_k"
     top_p_input = "runtime_top_p"
     stop_input = "stop_words_list"
+
+    def image_refusal(self) -> str | None:
+        return ("the tensorrt_llm model takes token ids; image features would have to come from a separate "
+                "vision-encoder model as a prompt table, which this request format does not drive; serve vision "
+                "models on Triton's vLLM backend (request_format vllm)")
 
     def check(self, request: GenerationRequest) -> None:
         super().check(request)

@@ -8,6 +8,7 @@ likewise a delta, `num_input_tokens` the prompt length.
 
 from __future__ import annotations
 
+import base64
 import json
 
 import numpy as np
@@ -77,9 +78,17 @@ class VllmFormat(RequestFormat):
             raise BadRequestError(
                 "Constrained generation (response_format, or a named or required tool_choice) needs Triton's vLLM "
                 "backend from release 25.01; the generation model's release has none.", param="response_format")
+        if request.images and (reason := self.image_refusal()):
+            raise BadRequestError(f"Images are not supported here: {reason}.", param="messages")
         if request.logprobs is not None and not options.takes("return_logprobs"):
             raise BadRequestError(
                 f"The generation model {self.options.target_model!r} takes no input for log probabilities.", param="logprobs")
+
+    def image_refusal(self) -> str | None:
+        if self.options.takes("image"):
+            return None
+        return (f"this generation model takes no images: {self.options.target_model!r} has no 'image' input "
+                "(older releases of Triton's vLLM backend lack it)")
 
     def sampling_parameters(self, request: GenerationRequest) -> dict:
         params = {"max_tokens": request.max_tokens, **request.sampling}
@@ -104,6 +113,9 @@ class VllmFormat(RequestFormat):
         }
         if request.logprobs is not None:
             inputs["return_logprobs"] = _TRUE
+        if request.images:
+            # One element per image: the base64 of its file, which the backend decodes with Pillow.
+            inputs["image"] = np.array([base64.b64encode(data) for data in request.images], dtype=np.object_)
         return inputs
 
     def requested_outputs(self, request: GenerationRequest) -> list[str]:

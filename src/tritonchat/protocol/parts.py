@@ -24,6 +24,23 @@ class TextPart(_Strict):
 Content = Union[str, list[TextPart]]
 
 
+class ImageURL(_Strict):
+    url: str
+    # OpenAI's resolution hint; accepted and not used (vLLM ignores it too).
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(_Strict):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+# User messages may also carry images (other part types, such as `input_audio` or `file`: 400).
+UserPart = Annotated[Union[TextPart, ImagePart], Field(discriminator="type")]
+UserContent = Union[str, list[UserPart]]
+PART_TYPES = ("text", "image_url")
+
+
 class FunctionCall(_Strict):
     name: str
     arguments: str
@@ -49,7 +66,7 @@ class DeveloperMessage(_Strict):
 
 class UserMessage(_Strict):
     role: Literal["user"]
-    content: Content
+    content: UserContent
     name: str | None = None
 
 

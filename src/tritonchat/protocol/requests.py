@@ -25,6 +25,7 @@ from .known import check_known
 from .parts import (
     ROLES,
     Message,
+    PART_TYPES,
     NamedToolChoice,
     Penalty,
     PositiveInt,
@@ -300,7 +301,7 @@ def _param_path(loc: tuple) -> str:
     """('messages', 0, 'user', 'content') -> 'messages[0].content'.
 
     pydantic puts union member names (a discriminator tag like 'user', or a type like
-    'list[TextPart]') into the location; they are not part of the client's field path.
+    'list[TextPart]', or a content part's type tag) into the location; they are not part of the client's field path.
     """
     path = ""
     previous = None
@@ -311,7 +312,7 @@ def _param_path(loc: tuple) -> str:
             "[" in part
             or part in _UNION_MEMBER_NAMES
             or part.startswith(("function-", "literal["))
-            or (isinstance(previous, int) and part in ROLES)
+            or (isinstance(previous, int) and (part in ROLES or part in PART_TYPES))
             or part[:1].isupper()
         ):
             pass
