@@ -18,7 +18,6 @@ import binascii
 import io
 import json
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -204,11 +203,11 @@ def _fetch(url: str, policy: ImagePolicy, where: str) -> bytes:
         raise
     except urllib.error.HTTPError as exc:
         raise _bad(where, f"fetching the image failed: HTTP {exc.code} {exc.reason}") from None
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise _bad(where, f"fetching the image took longer than {policy.fetch_timeout_s:g} s "
                           "(image_fetch_timeout_s)") from None
     except urllib.error.URLError as exc:
-        if isinstance(exc.reason, (TimeoutError, socket.timeout)):
+        if isinstance(exc.reason, TimeoutError):
             raise _bad(where, f"fetching the image took longer than {policy.fetch_timeout_s:g} s "
                               "(image_fetch_timeout_s)") from None
         raise _bad(where, f"fetching the image failed: {exc.reason}") from None

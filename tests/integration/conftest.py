@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ChatClient
+from tests.vision import IMAGE_URL_PREFIX, vision_tokenizer
 from tools.repositories import (
     add_chat_model,
     add_llmapi_model,
@@ -181,6 +182,15 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     # An ensemble of a release without num_input_tokens / num_output_tokens: counted here.
     chat_model("chat_trtllm_counting", request_format="trtllm", trtllm_token_counts="false",
                **{**trt, "target_model": "ensemble"})
+    # Images (test_images.py): a LLaVA-style vision model in front of the scripted model, with an
+    # allow-list and small limits; with the defaults; and in front of a vLLM backend without `image`.
+    vision = dict(scripted, tokenizer=str(vision_tokenizer(tiny_model, tmp_path_factory.mktemp("vision") / "tok")))
+    chat_model("chat_vision", image_url_allowlist=IMAGE_URL_PREFIX, image_fetch_timeout_s="1",
+               max_image_bytes="65536", max_images="3", **vision)
+    chat_model("chat_vision_defaults", **vision)
+    config = add_test_model(repo, "scripted_vllm_no_image", "scripted_vllm") / "config.pbtxt"
+    config.write_text(config.read_text().replace('{ name: "image", data_type: TYPE_STRING, dims: [ -1 ], optional: true },\n', ""))
+    chat_model("chat_vision_no_image", **{**vision, "target_model": "scripted_vllm_no_image"})
     lora = write_random_lora(tiny_model, tmp_path_factory.mktemp("lora") / "tiny-lora")
     chat_model("chat_llmapi_lora", request_format="llmapi", lora_separator=":", lora_paths=f"tiny-lora={lora}",
                **{**trt, "target_model": "llmapi"})

@@ -185,6 +185,7 @@ def test_auto_complete_declares_the_vllm_interface(server):
     outputs = {t["name"]: (t["datatype"], t["shape"]) for t in metadata["outputs"]}
     assert inputs == {
         "text_input": ("BYTES", [1]),
+        "image": ("BYTES", [-1]),  # base64 image files for multimodal models
         "stream": ("BOOL", [1]),
         "sampling_parameters": ("BYTES", [1]),
         "exclude_input_in_output": ("BOOL", [1]),

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.vision import LLAVA_TEMPLATE, QWEN2_VL_TEMPLATE, data_url, image_bytes, image_part, vision_tokenizer
+from tests.vision import QWEN2_VL_TEMPLATE, data_url, image_bytes, image_part, vision_tokenizer
 from tritonchat.errors import BadRequestError
 from tritonchat.formats import FORMATS, FormatOptions, GenerationRequest
 from tritonchat.images import ImagePolicy, load_image, load_images, model_has_vision

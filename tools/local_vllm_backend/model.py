@@ -11,7 +11,9 @@ on vLLM's V1 `AsyncLLM`. The same model directory loads unchanged, and a caller 
 Interface (everything is added by `auto_complete_config`, so a config.pbtxt with just
 `backend: "vllm"` is enough; decoupled, max_batch_size 0):
 
-  inputs   text_input STRING [1]; optional: stream BOOL [1], sampling_parameters
+  inputs   text_input STRING [1]; optional: image STRING [-1] (each element the base64 of an
+           image file, decoded with Pillow and converted to RGB, passed to vLLM as the prompt's
+           `multi_modal_data` images), stream BOOL [1], sampling_parameters
            STRING [1] (JSON; falls back to the request parameters), exclude_input_in_output
            BOOL [1], return_finish_reason / return_cumulative_logprob / return_logprobs /
            return_num_input_tokens / return_num_output_tokens BOOL [1]
@@ -29,7 +31,7 @@ their message in both. A cancelled stream ends with a CANCELLED error response; 
 cancellation also aborts the request in the engine.
 
 Differences from the real backend:
-- Not provided: the `image` input (multimodal prompts), embeddings (the `embedding_request`
+- Not provided: embeddings (the `embedding_request`
   input is declared, as from 25.11, but a request using it fails) and the `GPU_DEVICE_IDS`
   parameter; of the
   `REPORT_CUSTOM_METRICS` metrics bridge only the `vllm:num_requests_running` gauge (labels
@@ -115,7 +117,9 @@ _prepare_engine_subprocesses()
 
 # ruff: noqa: E402  (the environment above must be set before these imports)
 import asyncio
+import base64
 import dataclasses
+import io
 import gc
 import json
 import queue
@@ -154,8 +158,8 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 INPUTS = [
     {"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]},
-    # The real backend also declares `image` (TYPE_STRING [-1], base64 images for
-    # multimodal models). Not provided here: no multimodal model can run on this setup.
+    # Base64 image files for multimodal models, one per element (from 25.01).
+    {"name": "image", "data_type": "TYPE_STRING", "dims": [-1], "optional": True},
     {"name": "stream", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
     {"name": "sampling_parameters", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
     {"name": "exclude_input_in_output", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
@@ -232,6 +236,21 @@ def _optional_bool(request, name: str) -> bool | None:
     return None if tensor is None else bool(tensor.as_numpy()[0])
 
 
+def decode_images(request) -> list:
+    """The `image` input as the real backend reads it: each element base64 (decoded without
+    validation, as `base64.b64decode` does by default), opened with Pillow, converted to RGB."""
+    tensor = pb_utils.get_input_tensor_by_name(request, "image")
+    if tensor is None:
+        return []
+    from PIL import Image  # noqa: PLC0415  (only for requests with images)
+
+    images = []
+    for element in tensor.as_numpy().reshape(-1):
+        text = element.decode("utf-8") if isinstance(element, bytes) else str(element)
+        images.append(Image.open(io.BytesIO(base64.b64decode(text))).convert("RGB"))
+    return images
+
+
 @dataclasses.dataclass
 class GenerateInputs:
     prompt: str
@@ -239,6 +258,7 @@ class GenerateInputs:
     prepend_input: bool
     sampling_json: str
     returns: dict[str, bool]
+    images: list = dataclasses.field(default_factory=list)
 
 
 def parse_generate_inputs(request) -> GenerateInputs:
@@ -248,6 +268,7 @@ def parse_generate_inputs(request) -> GenerateInputs:
 
     if pb_utils.get_input_tensor_by_name(request, "embedding_request") is not None:
         raise ValueError("Embedding requests are not supported by this backend.")
+    images = decode_images(request)
     stream = bool(_optional_bool(request, "stream"))
 
     # exclude_input_in_output: present -> its negation; absent -> stream ? False : True.
@@ -257,7 +278,7 @@ def parse_generate_inputs(request) -> GenerateInputs:
         raise ValueError("When streaming, `exclude_input_in_output` = False is not allowed.")
 
     returns = {name: bool(_optional_bool(request, name)) for name in RETURN_FLAGS}
-    return GenerateInputs(prompt, stream, prepend_input, sampling_parameters_text(request), returns)
+    return GenerateInputs(prompt, stream, prepend_input, sampling_parameters_text(request), returns, images)
 
 
 # --------------------------------------------------------------------------------------
@@ -535,10 +556,13 @@ class TritonPythonModel:
             await asyncio.wait(set(self.tasks), timeout=5)
         self.engine.shutdown()
 
-    async def _render_prompt(self, text: str):
+    async def _render_prompt(self, text: str, images: list):
+        prompt = {"prompt": text}
+        if images:
+            prompt["multi_modal_data"] = {"image": images}
         if parse_model_prompt is None:
-            return {"prompt": text}
-        parsed = parse_model_prompt(self.engine.model_config, {"prompt": text})
+            return prompt
+        parsed = parse_model_prompt(self.engine.model_config, prompt)
         (engine_input,) = await self.engine.renderer.render_cmpl_async([parsed])
         return engine_input
 
@@ -632,7 +656,7 @@ class TritonPythonModel:
             self.logger.log_error(f"[vllm] Was trying to create `TritonSamplingParams`, but got exception: {exc}")
             raise
         lora_request = self._lora_request(lora_name)
-        prompt = await self._render_prompt(inputs.prompt)
+        prompt = await self._render_prompt(inputs.prompt, inputs.images)
 
         request_id = uuid.uuid4().hex
         builder = ResponseBuilder(inputs.returns, self.text_dtype)

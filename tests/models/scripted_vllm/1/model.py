@@ -11,6 +11,7 @@ the model then produces exactly what the script says. Keys (all optional):
   error_after      send an error response after this many chunks (error_message, error_code)
   hang_after       after this many chunks send nothing until cancelled or hang_s (default 30) passed
   echo_request     true: the one chunk is a JSON object describing the request received
+                   (with `images`: format, size and mode of each image, as decoded)
 Behaviour follows the vLLM backend: delta text when streaming (exclude_input_in_output
 must not be false then), one response with the whole text otherwise, FINAL on the last
 response, `finish_reason` "None" until the end, errors as one final response with
@@ -20,8 +21,14 @@ sampling parameters are checked as the backend's release does (config parameter
 `structured_outputs_key`): the other release's constrained-generation key fails the request
 with the real backend's message; `embedding_request` is refused (only Triton's OpenAI frontend
 sends it).
+Images (`image` input, from Triton 25.01): each element is the base64 of an image file, decoded
+and converted to RGB with Pillow as the backend does (a failure is its "Error generating stream"
+error); the prompt must then hold one `<image>` placeholder per image (the test templates'),
+else the request fails with vLLM's message for a mismatch.
 """
 
+import base64
+import io
 import json
 import threading
 import time
@@ -30,11 +37,35 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+PLACEHOLDER = "<image>"
 
 
 def _flag(request, name, default):
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     return bool(tensor.as_numpy()[0]) if tensor is not None else default
+
+
+def _images(request, prompt: str) -> list[dict]:
+    """The `image` input decoded as the vLLM backend does, checked against the prompt as vLLM does."""
+    tensor = pb_utils.get_input_tensor_by_name(request, "image")
+    if tensor is None:
+        return []
+    from PIL import Image  # noqa: PLC0415
+
+    images = []
+    for element in tensor.as_numpy().reshape(-1):
+        opened = Image.open(io.BytesIO(base64.b64decode(element.decode("utf-8"))))
+        kind = opened.format
+        rgb = opened.convert("RGB")
+        images.append({"format": kind, "width": rgb.width, "height": rgb.height, "mode": rgb.mode})
+    found = prompt.count(PLACEHOLDER)
+    if images and found != len(images):
+        raise RuntimeError(
+            f"Expected there to be {len(images)} prompt updates corresponding to {len(images)} image items, but "
+            f"instead found {found} prompt updates! This is likely because you forgot to include input placeholder "
+            "tokens (e.g., `<image>`, `<|image_pad|>`) in the prompt. If the model has a chat template, make sure "
+            "you have applied it before calling `LLM.generate`.")
+    return images
 
 
 def _script(prompt: str) -> dict:
@@ -77,6 +108,7 @@ class TritonPythonModel:
 
     def _generate(self, request, sender):
         prompt = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()[0].decode("utf-8")
+        images = _images(request, prompt)
         stream = _flag(request, "stream", False)
         exclude = pb_utils.get_input_tensor_by_name(request, "exclude_input_in_output")
         prepend_input = (not bool(exclude.as_numpy()[0])) if exclude is not None else not stream
@@ -100,10 +132,13 @@ class TritonPythonModel:
             inputs = {
                 name: (t.as_numpy().tolist() if t.as_numpy().dtype != np.object_ else
                        [v.decode() for v in t.as_numpy().reshape(-1)])
-                for name, t in ((t.name(), t) for t in request.inputs())
+                for name, t in ((t.name(), t) for t in request.inputs()) if name != "image"
             }
-            chunks = [json.dumps({"inputs": inputs, "sampling_parameters": params,
-                                  "requested_outputs": sorted(request.requested_output_names())})]
+            echo = {"inputs": inputs, "sampling_parameters": params,
+                    "requested_outputs": sorted(request.requested_output_names())}
+            if images:
+                echo.update(images=images, prompt=prompt)
+            chunks = [json.dumps(echo)]
         elif "repeat" in script:
             chunks = [script["repeat"]["text"]] * int(script["repeat"]["count"])
         else:
