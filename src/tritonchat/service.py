@@ -22,8 +22,8 @@ import numpy as np
 
 from . import __version__
 from .errors import BadRequestError
-from .images import ImagePolicy, count_images, load_images, model_has_vision
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
+from .images import ImagePolicy, count_images, load_images, model_has_vision
 from .parsers import get_reasoning_parser, get_tool_parser
 from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
