@@ -182,10 +182,12 @@ class ChatResponseBuilder(ResponseBuilder):
         choice_text: Callable[[], ChoiceText] | None = None,
         reasoning_field: str = "reasoning",  # "": reasoning left out (include_reasoning false)
         calls_finish_reason: str | None = "tool_calls",
+        echo_text: str = "",  # vLLM's `echo`: the content each answer starts with
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.reasoning_field = reasoning_field
+        self.echo_text = echo_text
         # The finish_reason of a choice that made tool calls (None: the engine's own).
         self.calls_finish_reason = calls_finish_reason
         if choice_text is not None:
@@ -203,12 +205,17 @@ class ChatResponseBuilder(ResponseBuilder):
         return chunks
 
     def stream_role(self, index: int) -> list[str]:
-        """The first chunk of a choice (role and empty content), once."""
+        """The first chunk of a choice (role and empty content), once; then the echoed text, if any."""
         state = self.choices[index]
         if state.started:
             return []
         state.started = True
-        return [self._chunk({"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None})]
+        chunks = [self._chunk({"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                               "finish_reason": None})]
+        if self.echo_text:
+            chunks.append(self._chunk({"index": index, "delta": {"content": self.echo_text}, "logprobs": None,
+                                       "finish_reason": None}))
+        return chunks
 
     def stream_finish(self, index: int) -> list[str]:
         """Whatever the parsers held back, then the one chunk carrying `finish_reason`."""
@@ -258,9 +265,11 @@ class ChatResponseBuilder(ResponseBuilder):
     def _message(self, state: ChoiceState) -> dict:
         text = "".join(state.text)
         if state.parser is None:
-            return {"role": "assistant", "content": text, "refusal": None}
+            return {"role": "assistant", "content": self.echo_text + text, "refusal": None}
         parsed = state.parser.parse(text)
         content = parsed.content if parsed.content is not None else (None if parsed.tool_calls else "")
+        if self.echo_text:
+            content = self.echo_text + (content or "")
         message = {"role": "assistant", "content": content, "refusal": None}
         if parsed.tool_calls:
             message["tool_calls"] = [_call(call) for call in parsed.tool_calls]

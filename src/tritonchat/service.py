@@ -251,8 +251,18 @@ class ChatService(Service):
             "choice_text": plan.choice_text,
             "calls_finish_reason": plan.calls_finish_reason,
             "reasoning_field": self.settings.reasoning_field if request.include_reasoning is not False else "",
+            "echo_text": echo_text(request),
         }
         return builder_args, plan.structured, plan.sampling
+
+
+def echo_text(request: ChatCompletionRequest) -> str:
+    """vLLM's chat `echo`: the answer starts with the last message when that message is the
+    assistant's (the role of the answer; text parts joined by newlines), else with nothing."""
+    last = request.messages[-1]
+    if not request.echo or last.role != "assistant" or not last.content:
+        return ""
+    return last.content if isinstance(last.content, str) else "\n".join(getattr(part, "text", "") for part in last.content)
 
 
 class CompletionService(Service):

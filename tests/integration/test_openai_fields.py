@@ -130,6 +130,30 @@ def test_continuous_usage_stats(scripted, expect):
     assert result.chunks[-1]["choices"] == []
 
 
+# ---- echo (vLLM) ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("stream", [False, True])
+def test_echo_starts_the_answer_with_the_assistants_last_message(scripted, stream):
+    """vLLM's chat `echo`: with the assistant's message last (continue_final_message), the
+    answer starts with it; streamed, as its own chunk after the role chunk."""
+    messages = [{"role": "user", "content": script(chunks=[" and", " more"])},
+                {"role": "assistant", "content": "The start"}]
+    request = {"messages": messages, "echo": True, "continue_final_message": True, "add_generation_prompt": False,
+               "n": 2, "stream": stream}
+    if stream:
+        result = scripted.stream(request)
+        assert result.error is None
+        for index in (0, 1):
+            deltas = [c["choices"][0]["delta"] for c in result.chunks if c["choices"] and c["choices"][0]["index"] == index]
+            assert deltas[0] == {"role": "assistant", "content": ""} and deltas[1] == {"content": "The start"}
+            assert "".join(d.get("content") or "" for d in deltas) == "The start and more"
+    else:
+        _, body = scripted.create(request)
+        assert [c["message"]["content"] for c in body["choices"]] == ["The start and more"] * 2
+    # With the user's message last there is nothing of the answer's role to echo.
+    _, body = scripted.create({**user(script(chunks=["Hi"])), "echo": True})
+    assert body["choices"][0]["message"]["content"] == "Hi"
+
+
 # ---- request chat templates ------------------------------------------------------------------------
 def test_request_chat_template_when_trusted(triton):
     template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"

@@ -51,7 +51,6 @@ _SHARED: dict[str, Rule] = {
 CHAT: dict[str, Rule] = {
     **_SHARED,
     "add_special_tokens": ((False,), "adding special tokens to a rendered chat prompt is not supported"),
-    "echo": ((False,), "'echo' is not supported for chat completions"),
     "return_prompt_text": ((False,), "the prompt text in the response is not supported"),
     "media_io_kwargs": ((), "multimodal input is not supported"),
     "mm_processor_kwargs": ((), "multimodal input is not supported"),

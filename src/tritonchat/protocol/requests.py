@@ -174,6 +174,7 @@ class ChatCompletionRequest(_GenerationFields):
     # Passed to the chat template, as vLLM does (templates that read them use them).
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     include_reasoning: bool | None = None  # false: reasoning (parsed out) is left out of the response
+    echo: bool | None = None  # vLLM's: the answer starts with the last message when it is the assistant's
     documents: list[dict[str, str]] | None = None
 
     @model_validator(mode="after")
