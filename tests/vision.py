@@ -4,8 +4,12 @@ like a vision model's, and small image files."""
 from __future__ import annotations
 
 import base64
+import contextlib
+import http.server
 import io
 import json
+import threading
+import time
 from pathlib import Path
 
 from tools.repositories import tokenizer_with_template
@@ -64,3 +68,48 @@ def data_url(data: bytes, mime: str = "image/png") -> str:
 
 def image_part(url: str, **fields) -> dict:
     return {"type": "image_url", "image_url": {"url": url, **fields}}
+
+
+class _ImageHandler(http.server.BaseHTTPRequestHandler):
+    """Serves test images: `....png` a small PNG, `....jpg` a 7x9 JPEG, anything else an HTML
+    page; `/slow/` answers after 2 s, `/missing/` is a 404, `/redirect/` a 302 to the
+    `X-Target` header's URL (or a host outside every allow-list)."""
+
+    def do_GET(self):  # noqa: N802
+        if "/slow/" in self.path:
+            time.sleep(2)
+        if "/redirect/" in self.path:
+            self.send_response(302)
+            self.send_header("Location", self.headers["X-Target"] or "http://elsewhere.invalid/a.png")
+            self.end_headers()
+            return
+        if "/missing/" in self.path:
+            self.send_error(404)
+            return
+        if self.path.endswith(".png"):
+            body, kind = image_bytes("PNG"), "image/png"
+        elif self.path.endswith(".jpg"):
+            body, kind = image_bytes("JPEG", (7, 9)), "image/jpeg"
+        else:
+            body, kind = b"<html>not an image</html>", "image/png"
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serve_images(port: int = 0):
+    """An image server on 127.0.0.1 (`port`, or a free one) for the life of the block; yields its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _ImageHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,18 +5,16 @@ does and reports them), the limits and the allow-list, and the targets that take
 from __future__ import annotations
 
 import base64
-import http.server
 import io
 import json
 import os
-import threading
 import time
 
 import pytest
 import requests
 
 from tests.helpers import ChatClient, script
-from tests.vision import IMAGE_SERVER_PORT, IMAGE_URL_PREFIX, data_url, image_bytes, image_part
+from tests.vision import IMAGE_SERVER_PORT, IMAGE_URL_PREFIX, data_url, image_bytes, image_part, serve_images
 
 pytestmark = pytest.mark.integration
 
@@ -100,29 +98,10 @@ def test_http_urls_are_refused_without_an_allowlist(triton):
     assert status == 200 and json.loads(body["choices"][0]["message"]["content"])["images"], body
 
 
-class _ImageHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        if "/slow/" in self.path:
-            time.sleep(3)
-        body = image_bytes("JPEG", (7, 9))
-        self.send_response(200)
-        self.send_header("Content-Type", "image/jpeg")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def image_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", IMAGE_SERVER_PORT), _ImageHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    with serve_images(IMAGE_SERVER_PORT) as url:
+        yield url
 
 
 def test_an_allowed_url_is_fetched(vision, image_server):

@@ -6,6 +6,7 @@ directory on `sys.path` (as NVIDIA's `tensorrt_llm_bls` relies on for its `lib/`
 
 import json
 import random
+import threading
 import time
 
 import numpy as np
@@ -128,6 +129,16 @@ def first_value(request, name, default=None):
         return default
     array = tensor.as_numpy()
     return array.reshape(-1)[0].item() if array.size else default
+
+
+def dispatch(requests, stop, serve) -> None:
+    """Each request served on its own thread (`serve`), except `stop` requests (the `stop`
+    input true), which `stop` handles at once."""
+    for request in requests:
+        if first_value(request, "stop", False):
+            stop(request)
+        else:
+            threading.Thread(target=serve, args=(request,), daemon=True).start()
 
 
 def plan_generation(ids, max_tokens, end_id, stop_sequences, finish):

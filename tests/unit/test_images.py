@@ -5,15 +5,13 @@ input; refused where the model or the generation model takes none."""
 from __future__ import annotations
 
 import base64
-import http.server
 import json
-import threading
 import time
 from dataclasses import replace
 
 import pytest
 
-from tests.vision import QWEN2_VL_TEMPLATE, data_url, image_bytes, image_part, vision_tokenizer
+from tests.vision import QWEN2_VL_TEMPLATE, data_url, image_bytes, image_part, serve_images, vision_tokenizer
 from tritonchat.errors import BadRequestError
 from tritonchat.formats import FORMATS, FormatOptions, GenerationRequest
 from tritonchat.images import ImagePolicy, load_image, load_images, model_has_vision
@@ -143,37 +141,10 @@ def test_images_come_in_prompt_order():
 # ---- http(s) URLs ----------------------------------------------------------------------
 
 
-class _Images(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        if "/slow/" in self.path:
-            time.sleep(2)
-        if "/redirect/" in self.path:
-            self.send_response(302)
-            self.send_header("Location", self.headers["X-Target"] or "http://elsewhere.invalid/a.png")
-            self.end_headers()
-            return
-        if "/missing/" in self.path:
-            self.send_error(404)
-            return
-        body = PNG if self.path.endswith(".png") else b"<html>not an image</html>"
-        self.send_response(200)
-        self.send_header("Content-Type", "image/png")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture(scope="module")
 def image_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Images)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve_images() as url:
+        yield url
 
 
 def test_http_urls_need_an_allowlist(image_server):

@@ -88,7 +88,7 @@ class VllmFormat(RequestFormat):
         if self.options.takes("image"):
             return None
         return (f"this generation model takes no images: {self.options.target_model!r} has no 'image' input "
-                "(older releases of Triton's vLLM backend lack it)")
+                "(Triton's vLLM backend has it from release 25.01; 24.12 declares it only with a newer vLLM than it ships)")
 
     def sampling_parameters(self, request: GenerationRequest) -> dict:
         params = {"max_tokens": request.max_tokens, **request.sampling}

@@ -62,6 +62,7 @@ import yaml
 from trtllm_stub_common import (  # linked into this directory, which is on sys.path
     ScriptTiming,
     describe_inputs,
+    dispatch,
     first_value,
     parse_script,
     scripted_finish,
@@ -100,11 +101,7 @@ class TritonPythonModel:
         self.stop_events: dict[str, set] = {}
 
     def execute(self, requests):
-        for request in requests:
-            if first_value(request, "stop", False):
-                self._stop(request)
-                continue
-            threading.Thread(target=self._serve, args=(request,), daemon=True).start()
+        dispatch(requests, self._stop, self._serve)
         return None
 
     def _stop(self, request):

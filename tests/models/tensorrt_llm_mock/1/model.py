@@ -64,6 +64,7 @@ import triton_python_backend_utils as pb_utils
 
 from trtllm_stub_common import (
     ScriptTiming,  # linked into this directory, which is on sys.path
+    dispatch,
     scripted_tokens,
     scripted_finish,
     parse_script,
@@ -110,11 +111,7 @@ class TritonPythonModel:
         self.request_counter = 0
 
     def execute(self, requests):
-        for request in requests:
-            if first_value(request, "stop", False):
-                self._stop(request)
-                continue
-            threading.Thread(target=self._serve, args=(request,), daemon=True).start()
+        dispatch(requests, self._stop, self._serve)
         return None
 
     def _stop(self, request):
