@@ -14,7 +14,7 @@ TINY_MODEL := build/tiny-chat
 O200K := build/o200k/o200k_base.tiktoken
 export TIKTOKEN_ENCODINGS_BASE := $(CURDIR)/build/o200k
 
-.PHONY: setup serve test unit bench bench-aiperf fuzz soak clean gateway
+.PHONY: setup serve test unit bench bench-token-path bench-aiperf fuzz soak clean gateway
 
 setup: $(ENV_STAMP) $(TINY_MODEL)/.complete $(O200K)
 
@@ -45,6 +45,10 @@ unit: setup
 
 bench: setup
 	$(PY) tools/bench.py $(BENCH_ARGS)
+
+# The chat layer's own CPU per token (receive, parse, build, send), without a server.
+bench-token-path: setup
+	$(PY) tools/bench_token_path.py $(TOKEN_PATH_ARGS)
 
 # A short AIPerf profile of openai_chat (through generate_stream and through the gateway), with
 # AIPerf's token counts checked against the server's; AIPerf gets its own environment.

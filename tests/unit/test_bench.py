@@ -139,3 +139,46 @@ def test_run_line_tolerates_missing_figures():
     run = {"metrics": {**_metrics(itl_p50_ms=None), "wall_s": 2.0}, "other_processes_cores": 0.25}
     line = bench.run_line(run)
     assert "ITL p50 - ms" in line and "(other processes: 0.25 cores)" in line
+
+
+@pytest.mark.parametrize(("transport", "parsers"), [("grpc", False), ("http", True)])
+def test_the_token_path_micro_benchmark_runs_the_real_per_token_code(tiny_model, transport, parsers):
+    """tools/bench_token_path.py: every stage measured, and the chunks it built are the stream
+    a client would get (its figures are for reading, not asserted)."""
+    from tools import bench_token_path  # noqa: PLC0415
+
+    summary = bench_token_path.run(30, 1, transport, parsers, tiny_model)
+    assert set(summary) == {"receive", "parse", "build", "send", "total"}
+    assert all(value["median"] > 0 for value in summary.values())
+    assert summary["total"]["median"] == pytest.approx(sum(summary[s]["median"] for s in bench_token_path.STAGES))
+
+
+def test_the_token_path_micro_benchmark_streams_what_a_client_reads(tiny_model):
+    from tools import bench_token_path  # noqa: PLC0415
+    from tritonchat.triton import sink as sink_module  # noqa: PLC0415
+
+    sent = []
+
+    class Sender:
+        def send(self, response, flags=0):
+            sent.append(json.loads(response.output_tensors[0].array[0]))
+
+    saved = sink_module.pb
+    try:
+        sink_module.pb = bench_token_path.fake_pb_utils
+        service = bench_token_path.make_service(tiny_model, parsers=False)
+        prepared = service.prepare(json.dumps({"messages": [{"role": "user", "content": "Hi"}], "stream": True,
+                                               "max_tokens": 12}), "x")
+        sink = sink_module.TritonSink(bench_token_path._Request())
+        sink._sender = Sender()
+        wire, receive = bench_token_path.make_receive("grpc", bench_token_path.backend_outputs(12))
+        for raw in wire:
+            for payload in prepared.builder.stream_output(0, prepared.decoders[0].decode(receive(raw))):
+                sink.send(payload, final=False)
+        for payload in prepared.builder.stream_finish(0):
+            sink.send(payload, final=False)
+    finally:
+        sink_module.pb = saved
+    text = "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in sent)
+    assert text == "".join(bench_token_path.WORDS[i % len(bench_token_path.WORDS)] for i in range(12))
+    assert sent[-1]["choices"][0]["finish_reason"] == "length"
