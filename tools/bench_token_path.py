@@ -66,11 +66,25 @@ class _Sender:
 
 
 class _Request:
+    def __init__(self, sender=None):
+        self.sender = sender or _Sender()
+
     def get_response_sender(self):
-        return _Sender()
+        return self.sender
 
     def is_cancelled(self):
         return False
+
+
+def make_sink(sender=None) -> sink_module.TritonSink:
+    """A TritonSink outside Triton: the fake utilities only while it is made (it keeps them),
+    so nothing else in this process sees them."""
+    real = sink_module.pb
+    sink_module.pb = fake_pb_utils
+    try:
+        return sink_module.TritonSink(_Request(sender))
+    finally:
+        sink_module.pb = real
 
 
 def backend_outputs(tokens: int) -> list[dict[str, np.ndarray]]:
@@ -143,7 +157,7 @@ def one_round(service: ChatService, body: str, transport: str, tokens: int) -> d
     """µs per token of each stage for one streamed request of `tokens` tokens."""
     prepared = service.prepare(body, "bench")
     decoder, builder = prepared.decoders[0], prepared.builder
-    sink = sink_module.TritonSink(_Request())
+    sink = make_sink()
     wire, receive = make_receive(transport, backend_outputs(tokens))
     spent = dict.fromkeys(STAGES, 0)
     clock = time.thread_time_ns
@@ -175,7 +189,6 @@ def make_service(tokenizer: Path, parsers: bool) -> ChatService:
 
 
 def run(tokens: int, rounds: int, transport: str, parsers: bool, tokenizer: Path) -> dict:
-    sink_module.pb = fake_pb_utils  # the sink's Triton module, outside Triton
     service = make_service(tokenizer, parsers)
     request = {"model": "bench", "messages": [{"role": "user", "content": "Tell me about rivers."}],
                "stream": True, "max_tokens": tokens}

@@ -163,22 +163,18 @@ def test_the_token_path_micro_benchmark_streams_what_a_client_reads(tiny_model):
         def send(self, response, flags=0):
             sent.append(json.loads(response.output_tensors[0].array[0]))
 
-    saved = sink_module.pb
-    try:
-        sink_module.pb = bench_token_path.fake_pb_utils
-        service = bench_token_path.make_service(tiny_model, parsers=False)
-        prepared = service.prepare(json.dumps({"messages": [{"role": "user", "content": "Hi"}], "stream": True,
-                                               "max_tokens": 12}), "x")
-        sink = sink_module.TritonSink(bench_token_path._Request())
-        sink._sender = Sender()
-        wire, receive = bench_token_path.make_receive("grpc", bench_token_path.backend_outputs(12))
-        for raw in wire:
-            for payload in prepared.builder.stream_output(0, prepared.decoders[0].decode(receive(raw))):
-                sink.send(payload, final=False)
-        for payload in prepared.builder.stream_finish(0):
+    real = sink_module.pb
+    service = bench_token_path.make_service(tiny_model, parsers=False)
+    prepared = service.prepare(json.dumps({"messages": [{"role": "user", "content": "Hi"}], "stream": True,
+                                           "max_tokens": 12}), "x")
+    sink = bench_token_path.make_sink(Sender())
+    wire, receive = bench_token_path.make_receive("grpc", bench_token_path.backend_outputs(12))
+    for raw in wire:
+        for payload in prepared.builder.stream_output(0, prepared.decoders[0].decode(receive(raw))):
             sink.send(payload, final=False)
-    finally:
-        sink_module.pb = saved
+    for payload in prepared.builder.stream_finish(0):
+        sink.send(payload, final=False)
+    assert sink_module.pb is real  # the fake utilities stay with this sink
     text = "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in sent)
     assert text == "".join(bench_token_path.WORDS[i % len(bench_token_path.WORDS)] for i in range(12))
     assert sent[-1]["choices"][0]["finish_reason"] == "length"
