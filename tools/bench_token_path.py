@@ -35,8 +35,8 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
 from tritonchat.service import ChatService  # noqa: E402
 from tritonchat.settings import Settings  # noqa: E402
-from tritonchat.transports.grpc import decode_tensor, encode_tensor  # noqa: E402
-from tritonchat.transports.http import output_array  # noqa: E402
+from tritonchat.transports.grpc import encode_tensor, response_outputs  # noqa: E402
+from tritonchat.transports.http import event_outputs  # noqa: E402
 from tritonchat.triton import sink as sink_module  # noqa: E402
 
 STAGES = ("receive", "parse", "build", "send")
@@ -138,17 +138,13 @@ def make_receive(transport: str, outputs: list[dict[str, np.ndarray]]):
         parse = service_pb2.ModelStreamInferResponse.FromString
 
         def receive(raw: bytes) -> dict:
-            message = parse(raw)
-            response = message.infer_response
-            return {t.name: decode_tensor(t.datatype, list(t.shape), r)
-                    for t, r in zip(response.outputs, response.raw_output_contents)}
+            return response_outputs(parse(raw).infer_response)
 
         return grpc_messages(outputs), receive
     names = list(outputs[0])
 
     def receive(raw: bytes) -> dict:
-        event = json.loads(raw)
-        return {name: output_array(event[name]) for name in names if name in event}
+        return event_outputs(json.loads(raw), names)
 
     return http_events(outputs), receive
 

@@ -62,6 +62,14 @@ def decode_tensor(datatype: str, shape: list[int], raw: bytes) -> np.ndarray:
     return np.frombuffer(raw, dtype=_NUMPY[datatype]).reshape(shape)
 
 
+def response_outputs(response) -> Outputs:
+    """The output tensors of one `ModelInferResponse`, by name."""
+    return {
+        tensor.name: decode_tensor(tensor.datatype, list(tensor.shape), raw)
+        for tensor, raw in zip(response.outputs, response.raw_output_contents)
+    }
+
+
 class GrpcTransport:
     """One gRPC channel per model instance, created lazily on the event loop."""
 
@@ -148,11 +156,7 @@ class GrpcStream:
             async for message in self.call:
                 if message.error_message:
                     raise error_for(None, message.error_message)
-                response = message.infer_response
-                yield {
-                    tensor.name: decode_tensor(tensor.datatype, list(tensor.shape), raw)
-                    for tensor, raw in zip(response.outputs, response.raw_output_contents)
-                }
+                yield response_outputs(message.infer_response)
         except grpc.aio.AioRpcError as exc:
             raise error_for(exc.code().name, exc.details() or str(exc)) from None
         except asyncio.CancelledError:

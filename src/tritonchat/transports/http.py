@@ -45,6 +45,13 @@ def output_array(value) -> np.ndarray:
     return np.atleast_1d(np.asarray(value))
 
 
+def event_outputs(event: dict, names: list[str]) -> Outputs:
+    """The outputs `names` of one `generate_stream` event; an error event raises it."""
+    if "error" in event:
+        raise error_for(None, str(event["error"]))
+    return {name: output_array(event[name]) for name in names if name in event}
+
+
 class HttpTransport:
     """One aiohttp session per model instance, created lazily on the event loop."""
 
@@ -107,16 +114,11 @@ class HttpStream:
                     *events, buffer = buffer.split(b"\n\n")
                     for event in events:
                         if event.startswith(b"data: "):
-                            yield self._outputs(json.loads(event[6:]))
+                            yield event_outputs(json.loads(event[6:]), self.outputs)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             if self._abandoned:
                 return
             raise UnavailableError(f"The generation model is unavailable: {exc or type(exc).__name__}") from None
-
-    def _outputs(self, event: dict) -> Outputs:
-        if "error" in event:
-            raise error_for(None, str(event["error"]))
-        return {name: output_array(event[name]) for name in self.outputs if name in event}
 
     @staticmethod
     def _error(status: int, text: str):
