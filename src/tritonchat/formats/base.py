@@ -96,6 +96,24 @@ class FormatOptions:
     target_decoupled: bool = True
 
 
+def string_tensor(value: str) -> np.ndarray:
+    """A one-element BYTES tensor without a batch dimension."""
+    return np.array([value.encode("utf-8")], dtype=np.object_)
+
+
+def element_text(value) -> str:
+    """One element of a BYTES output as text (invalid UTF-8 replaced)."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def with_eos_texts(tokenizer, stops: list[str], eos_ids: list[int]) -> list[str]:
+    """`stops`, then the text of each id in `eos_ids` that is not among them: for a target that
+    stops at one end id and takes other stop words only as text."""
+    if tokenizer is None:
+        return stops
+    return stops + [text for token in eos_ids if (text := tokenizer.decode([token])) and text not in stops]
+
+
 class Decoder:
     """Reads one generation stream's responses, in order. `finished` turns true when the text
     itself ended the generation (a stop string matched here), so the caller stops reading."""

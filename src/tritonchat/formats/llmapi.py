@@ -39,7 +39,7 @@ import random
 import numpy as np
 
 from ..errors import BadRequestError, CancelledError, NotFoundError
-from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat
+from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, element_text, string_tensor, with_eos_texts
 from .detokenize import StopStrings
 
 # vLLM sampling names -> (llmapi input, dtype).
@@ -57,16 +57,8 @@ _TRUE = np.array([True])
 _FINISH_REASONS = {"stop": "stop", "length": "length", "timeout": "length"}
 
 
-def _string(value: str) -> np.ndarray:
-    return np.array([value.encode("utf-8")], dtype=np.object_)
-
-
-def _text(value) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
-
-
 def _first_text(array: np.ndarray | None) -> str | None:
-    return _text(array.reshape(-1)[0]) if array is not None and array.size else None
+    return element_text(array.reshape(-1)[0]) if array is not None and array.size else None
 
 
 class LlmApiFormat(RequestFormat):
@@ -109,19 +101,16 @@ class LlmApiFormat(RequestFormat):
     def stop_strings(self, request: GenerationRequest) -> list[str]:
         """The request's stop strings, then the text of each EOS id other than the tokenizer's
         own (which the engine stops at anyway): the model takes stop words only as text."""
-        stops = list(request.sampling.get("stop") or [])
         tokenizer = self.options.tokenizer
         own = getattr(tokenizer, "eos_token_id", None)
-        for token in self.options.eos_token_ids:
-            if token != own and (text := tokenizer.decode([token])) and text not in stops:
-                stops.append(text)
-        return stops
+        extra = [token for token in self.options.eos_token_ids if token != own]
+        return with_eos_texts(tokenizer, list(request.sampling.get("stop") or []), extra)
 
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         sampling = request.sampling
         options = self.options
         inputs = {
-            "text_input": _string(request.prompt),
+            "text_input": string_tensor(request.prompt),
             "streaming": np.array([options.target_decoupled]),  # see the module's docstring
             "sampling_param_max_tokens": np.array([request.max_tokens], dtype=np.int32),
             # Without temperature, top-p and top-k the LLM API is greedy; OpenAI's top_p defaults to 1.
@@ -145,8 +134,8 @@ class LlmApiFormat(RequestFormat):
         if request.lora_name:
             names = sorted(options.lora_paths)
             inputs["lora_id"] = np.array([names.index(request.lora_name) + 1], dtype=np.uint64)
-            inputs["lora_name"] = _string(request.lora_name)
-            inputs["lora_path"] = _string(options.lora_paths[request.lora_name])
+            inputs["lora_name"] = string_tensor(request.lora_name)
+            inputs["lora_path"] = string_tensor(options.lora_paths[request.lora_name])
         return inputs
 
     def requested_outputs(self, request: GenerationRequest) -> list[str]:
@@ -167,7 +156,6 @@ class LlmApiDecoder(Decoder):
         self.stop_list = request_format.stop_strings(request)
         self.stops = StopStrings(self.stop_list)
         self.seen = ""  # the engine's text so far
-        self.engine_reason: str | None = None  # the last response's finish_reason
         self.streamed = request_format.options.target_decoupled
         self.completion_tokens = 0
         self.counted = False
@@ -191,7 +179,6 @@ class LlmApiDecoder(Decoder):
         if ended:
             if reason == "cancelled":
                 raise CancelledError("The generation model cancelled the generation.")
-            self.engine_reason = reason
             if reason == "stop" and stop_reason in self.stop_list:
                 self.stops.flush()  # the engine matched that stop string: what was held back is its beginning
             else:

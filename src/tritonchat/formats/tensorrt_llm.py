@@ -23,7 +23,7 @@ import random
 import numpy as np
 
 from ..errors import BadRequestError, NotFoundError
-from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
+from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob, element_text, with_eos_texts
 from .detokenize import IncrementalDetokenizer, StopStrings
 
 # vLLM sampling names -> (TensorRT-LLM input, dtype); both formats.
@@ -46,10 +46,6 @@ def _one(value, dtype) -> np.ndarray:
 
 def _string(value: str) -> np.ndarray:
     return np.array([[value.encode("utf-8")]], dtype=np.object_)
-
-
-def _text(value) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _first_int(array: np.ndarray | None) -> int | None:
@@ -173,11 +169,7 @@ class EnsembleFormat(_TensorRtLlmBase):
     def stop_strings(self, request: GenerationRequest) -> list[str]:
         """The request's stop strings, then the text of each extra EOS token: the ensemble
         takes stop words as text (its preprocessing tokenizes them, special tokens included)."""
-        stops = super().stop_strings(request)
-        tokenizer = self.options.tokenizer
-        if tokenizer is not None:
-            stops += [text for token in self.extra_eos_ids() if (text := tokenizer.decode([token])) and text not in stops]
-        return stops
+        return with_eos_texts(self.options.tokenizer, super().stop_strings(request), self.extra_eos_ids())
 
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         inputs = {
@@ -204,7 +196,7 @@ class EnsembleFormat(_TensorRtLlmBase):
         out = GenerationOutput()
         text = outputs.get("text_output")
         if text is not None and text.size:
-            out.text = "".join(_text(value) for value in text.reshape(-1))
+            out.text = "".join(element_text(value) for value in text.reshape(-1))
         out.prompt_tokens = _first_int(outputs.get("num_input_tokens"))
         out.completion_tokens = _first_int(outputs.get("num_output_tokens")) or 0
         return out

@@ -14,21 +14,13 @@ import json
 import numpy as np
 
 from ..errors import BadRequestError, InternalError
-from .base import GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
+from .base import GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob, element_text, string_tensor
 
 _OUTPUTS = ["text_output", "finish_reason", "num_input_tokens", "num_output_tokens"]
 # Inputs every request sends; the backend has them from Triton 24.12.
 _REQUIRED_INPUTS = ("exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
                     "return_num_output_tokens")
 _TRUE = np.array([True])
-
-
-def _string(value: str) -> np.ndarray:
-    return np.array([value.encode("utf-8")], dtype=np.object_)
-
-
-def _decode(value) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def parse_logprobs(raw: str) -> list[TokenLogprob] | None:
@@ -103,10 +95,10 @@ class VllmFormat(RequestFormat):
 
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         inputs = {
-            "text_input": _string(request.prompt),
+            "text_input": string_tensor(request.prompt),
             "stream": np.array([request.stream]),
             "exclude_input_in_output": _TRUE,
-            "sampling_parameters": _string(json.dumps(self.sampling_parameters(request))),
+            "sampling_parameters": string_tensor(json.dumps(self.sampling_parameters(request))),
             "return_finish_reason": _TRUE,
             "return_num_input_tokens": _TRUE,
             "return_num_output_tokens": _TRUE,
@@ -125,10 +117,10 @@ class VllmFormat(RequestFormat):
         out = GenerationOutput()
         text = outputs.get("text_output")
         if text is not None and text.size:
-            out.text = _decode(text.reshape(-1)[0])
+            out.text = element_text(text.reshape(-1)[0])
         reason = outputs.get("finish_reason")
         if reason is not None and reason.size:
-            value = _decode(reason.reshape(-1)[0])
+            value = element_text(reason.reshape(-1)[0])
             out.finish_reason = None if value in ("None", "") else value
         prompt = outputs.get("num_input_tokens")
         if prompt is not None and prompt.size:
@@ -138,5 +130,5 @@ class VllmFormat(RequestFormat):
             out.completion_tokens = int(completion.reshape(-1)[0])
         logprobs = outputs.get("logprobs")
         if logprobs is not None and logprobs.size:
-            out.logprobs = parse_logprobs(_decode(logprobs.reshape(-1)[0]))
+            out.logprobs = parse_logprobs(element_text(logprobs.reshape(-1)[0]))
         return out
