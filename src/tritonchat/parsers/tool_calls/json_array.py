@@ -12,7 +12,7 @@ after the first that is not a call ends the calls, and it and the rest are conte
 
 from __future__ import annotations
 
-from .json_call import JsonCall, settle_call, stream_call
+from .json_call import JsonCall, read_bare_call, settle_call
 from .tagged import TaggedCallsParser
 
 _ARRAY_SEPARATORS = " \t\r\n,"
@@ -78,10 +78,9 @@ class JsonCallsAfterMarker(TaggedCallsParser):
 
     def _read_call(self, final: bool) -> bool:
         call = self._call
-        call.append(self._pending)
+        self._index, over = read_bare_call(self, call, self._index, self._pending, final)
         self._pending = ""
-        self._index = stream_call(self, call, self._index)
-        if not (call.finished or final or (call.broken and self._index is None)):
+        if not over:
             return False
         if not settle_call(self, call, self._index):
             # Read it again as content, where it may hold the next marker. However early or

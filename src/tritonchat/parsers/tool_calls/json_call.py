@@ -233,6 +233,16 @@ def stream_call(parser: ToolParser, call: JsonCall, index: int | None) -> int | 
     return index
 
 
+def read_bare_call(parser: ToolParser, call: JsonCall, index: int | None, text: str,
+                   final: bool) -> tuple[int | None, bool]:
+    """Feed `text` to a call that no closing tag ends (its JSON does) and stream what is
+    certain. Returns its index, and whether it is over: its JSON is complete, the output
+    ended, or it broke before it was announced (so it is no call)."""
+    call.append(text)
+    index = stream_call(parser, call, index)
+    return index, call.finished or final or (call.broken and index is None)
+
+
 def settle_call(parser: ToolParser, call: JsonCall, index: int | None) -> bool:
     """The call's text is complete: send what is left. False when it is not a call after all."""
     if index is not None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from ..base import ToolParser, register_tool_parser
 from ..tags import could_become
-from .json_call import JsonCall, settle_call, stream_call
+from .json_call import JsonCall, read_bare_call, settle_call
 
 PYTHON_TAG = "<|python_tag|>"
 _SEPARATORS = " \t\r\n;"
@@ -67,10 +67,9 @@ class Llama3JsonToolParser(ToolParser):
 
     def _read_call(self, final: bool) -> bool:
         call = self._call
-        call.append(self._pending)
+        self._index, over = read_bare_call(self, call, self._index, self._pending, final)
         self._pending = ""
-        self._index = stream_call(self, call, self._index)
-        if not (call.finished or final or (call.broken and self._index is None)):
+        if not over:
             return False
         if not settle_call(self, call, self._index):
             self._give_up(self._markup + call.text)
