@@ -49,6 +49,20 @@ class Streamed:
     deltas: list[Delta]
 
 
+def arguments_fed_by_character(parser: ToolParser, text: str) -> dict[int, str]:
+    """Feeds `text` one character at a time, asserting that what was sent of each call's
+    arguments is always text the model already wrote (nothing is autocompleted); returns the
+    arguments sent, by call index."""
+    fed, sent = "", {}
+    for character in text:
+        fed += character
+        for piece in parser.feed(character).tool_calls:
+            sent[piece.index] = sent.get(piece.index, "") + piece.arguments
+            assert sent[piece.index] in fed
+    parser.finish()
+    return sent
+
+
 def stream_tool_parser(parser: ToolParser, pieces: list[str]) -> Streamed:
     """Feed the pieces, then finish; check the streaming layout and reassemble the calls."""
     deltas = [parser.feed(piece) for piece in pieces] + [parser.finish()]

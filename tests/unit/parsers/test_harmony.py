@@ -25,7 +25,7 @@ from tools.repositories import ROOT
 from tritonchat.parsers import Delta, ReasoningParser, get_reasoning_parser, get_tool_parser
 from tritonchat.parsers.harmony import HarmonyReasoningParser, HarmonyToolParser, function_name
 
-from .samples import split_description, splittings, stream_tool_parser
+from .samples import arguments_fed_by_character, split_description, splittings, stream_tool_parser
 
 pytest.importorskip("openai_harmony")
 
@@ -318,13 +318,7 @@ def test_reasoning_parser_in_every_splitting(sample: HarmonySample):
 
 @pytest.mark.parametrize("sample", [s for s in SAMPLES if s.calls], ids=[s.name for s in SAMPLES if s.calls])
 def test_arguments_are_never_ahead_of_the_model(sample: HarmonySample):
-    parser, fed, sent = HarmonyToolParser(), "", {}
-    for character in sample.text:
-        fed += character
-        for piece in parser.feed(character).tool_calls:
-            sent[piece.index] = sent.get(piece.index, "") + piece.arguments
-            assert sent[piece.index] in fed
-    parser.finish()
+    sent = arguments_fed_by_character(HarmonyToolParser(), sample.text)
     assert [sent.get(index, "") for index in range(len(sample.calls))] == [args for _, args in sample.calls]
 
 

@@ -17,6 +17,7 @@ import pytest
 from tritonchat.parsers import TOOL_PARSERS, Delta, get_tool_parser
 
 from .samples import (
+    arguments_fed_by_character,
     DEEPSEEK_V3_SAMPLES,
     DEEPSEEK_V31_SAMPLES,
     GRANITE_SAMPLES,
@@ -82,14 +83,7 @@ def test_realistic_output_in_every_splitting(parser_name: str, sample: Sample):
 )
 def test_arguments_are_never_ahead_of_the_model(parser_name: str, sample: Sample):
     """Nothing is autocompleted: what was sent of a call's arguments is always text the model already wrote."""
-    parser = get_tool_parser(parser_name)()
-    fed, sent = "", {}
-    for character in sample.text:
-        fed += character
-        for piece in parser.feed(character).tool_calls:
-            sent[piece.index] = sent.get(piece.index, "") + piece.arguments
-            assert sent[piece.index] in fed
-    parser.finish()
+    arguments_fed_by_character(get_tool_parser(parser_name)(), sample.text)
 
 
 def feed_each(parser_name: str, pieces: list[str]) -> list[Delta]:
