@@ -7,6 +7,9 @@ builds chunks, sends them (`send()` is a blocking call), checks whether clients 
 away, abandons requests whose generation model went silent, and sends each request's
 single final response. Outputs that pile up while a send is in progress are merged
 into one chunk, so a busy instance sends fewer, larger chunks instead of falling behind.
+With a stream interval N > 1 (vLLM's `stream_interval`) a choice's outputs are also held
+back until they add up to N tokens: its first output goes out at once, and what is held goes
+out before the choice ends or fails, so the text a client assembles is the same.
 Because only this thread sends, asks `is_cancelled()` and finishes requests, no request
 can be asked about cancellation after its final response (which would touch freed memory
 in Triton).
@@ -53,6 +56,7 @@ class RequestState:
         sink: Sink,
         *,
         stream: bool,
+        stream_interval: int = 1,
         choices: int = 1,
         name: str = "",
         require_finish_reason: bool = False,
@@ -61,6 +65,11 @@ class RequestState:
         self.builder = builder
         self.sink = sink
         self.stream = stream
+        # Tokens per chunk at least, after a choice's first; outputs held until then, by choice.
+        self.stream_interval = stream_interval if stream else 1
+        self.held: dict[int, GenerationOutput] = {}
+        self.held_tokens: dict[int, int] = {}
+        self.streaming: set[int] = set()  # choices whose first output went out
         self.name = name or builder.completion_id
         self.require_finish_reason = require_finish_reason
         self.pending = choices
@@ -81,6 +90,11 @@ class RequestState:
 
 
 _OUTPUT, _END, _FAIL, _START = range(4)
+
+
+def _token_count(output: GenerationOutput) -> int:
+    """Tokens one output adds, for the stream interval (one when the format does not count them)."""
+    return output.completion_tokens or (1 if output.text else 0)
 
 
 class Responder:
@@ -181,6 +195,8 @@ class _Lane:
                 continue
             key = (id(state), index)
             if kind == _OUTPUT:
+                if state.stream_interval > 1:
+                    state.held_tokens[index] = state.held_tokens.get(index, 0) + _token_count(value)
                 if key in merged:
                     merged[key] = merged[key].merge(value)
                 else:
@@ -189,6 +205,7 @@ class _Lane:
                 continue
             # An end or a failure: what arrived before it goes out first.
             self._flush(merged, order, only=state)
+            self._release_held(state, index if kind == _END else None)
             if state.done:
                 continue
             if kind == _END:
@@ -206,8 +223,26 @@ class _Lane:
             output = merged.pop((id(state), index), None)
             if output is None or state.done:
                 continue
+            if state.stream_interval > 1:
+                held = state.held.pop(index, None)
+                if held is not None:
+                    output = held.merge(output)
+                if only is None and index in state.streaming and state.held_tokens[index] < state.stream_interval:
+                    state.held[index] = output
+                    continue
+                state.held_tokens[index] = 0
+                if output.text or output.completion_tokens:
+                    state.streaming.add(index)
             self._deliver(state, index, output)
         order[:] = keep
+
+    def _release_held(self, state: RequestState, index: int | None = None) -> None:
+        """What the stream interval held back of one choice before it ends (of all, before a failure)."""
+        for held_index in [index] if index is not None else sorted(state.held):
+            output = state.held.pop(held_index, None)
+            if output is not None and not state.done:
+                state.held_tokens[held_index] = 0
+                self._deliver(state, held_index, output)
 
     def _deliver(self, state: RequestState, index: int, output: GenerationOutput) -> None:
         state.last_activity = self.clock()

@@ -56,6 +56,8 @@ class PreparedRequest:
     decoders: list[Decoder]
     builder: ResponseBuilder
 
+    stream_interval: int = 1
+
     @property
     def stream(self) -> bool:
         return self.request.is_stream
@@ -146,7 +148,8 @@ class Service:
             for index, generation in enumerate(generations)
         ]
         decoders = [self.format.decoder(generation) for generation in generations]
-        return PreparedRequest(request, prompt, generations, calls, decoders, builder)
+        interval = max(self.settings.stream_interval, request.stream_interval or 1) if request.is_stream else 1
+        return PreparedRequest(request, prompt, generations, calls, decoders, builder, interval)
 
     def check_policy(self, request) -> GenerationRequest:
         """Everything this server refuses of a valid request, in one place: unknown model names

@@ -146,6 +146,12 @@ class Settings:
     )
     cancel_check_interval_ms: int = setting(100, "how often a stream checks whether its client went away")
     responder_threads: int = setting(4, "threads that build and send responses (each request stays on one)")
+    stream_interval: int = setting(
+        1,
+        "streamed chunks carry at least this many tokens, except the first and the last (vLLM's `--stream-interval`, "
+        "applied here for every request format; a request's `stream_interval` may raise it): fewer, larger chunks "
+        "cost less per token (see [Coalescing](#coalescing-stream_interval))",
+    )
     max_open_requests: int = setting(
         256,
         "requests one instance serves at once (being prepared or streaming, BLS ones also waiting for their "
@@ -242,6 +248,8 @@ class Settings:
                 continue
             values[key] = _convert(known[key], raw)
         settings = cls(**values)
+        if settings.stream_interval < 1:
+            raise ConfigError(f"parameter 'stream_interval' must be at least 1, got {settings.stream_interval}")
         for key, lookup in (("tool_call_parser", get_tool_parser), ("reasoning_parser", get_reasoning_parser)):
             name = getattr(settings, key)
             if name:

@@ -72,6 +72,28 @@ def test_streaming_layout_and_text(scripted, expect):
     assert result.chunks[-1]["choices"][0]["finish_reason"] == "stop"
 
 
+def test_stream_interval_merges_outputs_and_keeps_the_text(scripted, expect):
+    """vLLM's `stream_interval`: the first output at once, then chunks of at least 3 tokens;
+    the text and the layout are those of the unmerged stream."""
+    chunks = [f"w{i} " for i in range(10)]
+    request = {**user(script(chunks=chunks, interval_ms=3)), "stream": True, "stream_options": {"include_usage": True}}
+    plain = scripted.stream(request)
+    merged = scripted.stream({**request, "stream_interval": 3})
+    assert merged.status == 200 and merged.error is None
+    check_stream_layout(merged.chunks, include_usage=True)
+    assert merged.content == plain.content == expect.streamed_text(chunks)
+    assert merged.chunks[-1]["usage"] == plain.chunks[-1]["usage"]
+    merged_texts, plain_texts = content_pieces(merged.chunks), content_pieces(plain.chunks)
+    assert expect.streamed_text(chunks[:1]).startswith(merged_texts[0]), "the first output is not held back"
+    assert len(merged_texts) < len(plain_texts) or len(plain_texts) <= 4
+    tokens = expect.completion_tokens(chunks)  # one output per token at most
+    assert 2 <= len(merged_texts) <= 1 + -(-(tokens - 1) // 3)
+
+
+def content_pieces(chunks: list[dict]) -> list[str]:
+    return [c["choices"][0]["delta"]["content"] for c in chunks if c["choices"] and c["choices"][0]["delta"].get("content")]
+
+
 def test_stream_matches_non_stream(scripted):
     request = user(script(chunks=["a", "b", "c"], prompt_tokens=4))
     _, completion = scripted.create(request)

@@ -83,11 +83,17 @@ def test_auto_tool_calls_and_reasoning_whole(chat_tools):
     assert len({c["id"] for c in message["tool_calls"]}) == 2
 
 
-def test_auto_tool_calls_and_reasoning_streamed(chat_tools):
+@pytest.mark.parametrize("interval", [None, 5], ids=["each-output", "stream_interval-5"])
+def test_auto_tool_calls_and_reasoning_streamed(chat_tools, interval):
+    """Also with outputs merged five tokens at a time (`stream_interval`): the parsers see
+    larger pieces, the client assembles the same answer."""
     _, whole = chat_tools.create(ask(OUTPUT))
-    result = chat_tools.stream({**ask(OUTPUT), "stream": True})
+    extra = {"stream_interval": interval} if interval else {}
+    result = chat_tools.stream({**ask(OUTPUT), "stream": True, **extra})
     assert result.error is None
     seen = collect_stream(result.chunks)
+    if interval:
+        assert len(result.chunks) < len(pieces(OUTPUT)) // 2, "chunks hold several outputs each"
     assert seen["finishes"] == ["tool_calls"]
     message = whole["choices"][0]["message"]
     assert seen["reasoning"] == message["reasoning"]

@@ -202,3 +202,49 @@ def test_failure_while_sending_still_ends_the_request():
     sink = BrokenSink()
     state = run([FakeGeneration(outputs("a"))], sink)
     assert state.outcome == "error" and isinstance(sink.errors[0], InternalError)
+
+
+def content_chunks(payloads, index=0) -> list[str]:
+    return [c["choices"][0]["delta"]["content"] for c in payloads
+            if c["choices"] and c["choices"][0]["index"] == index and c["choices"][0]["delta"].get("content")]
+
+
+def test_stream_interval_sends_the_first_output_alone_then_groups_of_n_tokens():
+    sink = FakeSink()
+    texts = [f"{i}," for i in range(10)]
+    run([FakeGeneration(outputs(*texts), delay=0.005)], sink, stream_interval=4)
+    # vLLM's rule: the first token at once, then every 4 tokens, the rest when the stream ends.
+    assert content_chunks(sink.payloads) == ["0,", "1,2,3,4,", "5,6,7,8,", "9,"]
+    assert sink.payloads[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def test_stream_interval_counts_tokens_not_outputs():
+    sink = FakeSink()
+    items = [GenerationOutput(text=t, completion_tokens=n) for t, n in [("a", 1), ("bb", 2), ("ccc", 3), ("d", 1)]]
+    items[-1].finish_reason = "stop"
+    run([FakeGeneration(items, delay=0.005)], sink, stream_interval=3)
+    assert content_chunks(sink.payloads) == ["a", "bbccc", "d"]
+
+
+def test_stream_interval_sends_what_it_held_before_an_error():
+    sink = FakeSink()
+    failing = FakeGeneration(outputs("a", "b", "c"), delay=0.005, fail_with=InternalError("engine died"))
+    state = run([failing], sink, stream_interval=8)
+    assert content_chunks(sink.payloads) == ["a", "bc"]
+    assert [e.message for e in sink.errors] == ["engine died"] and state.outcome == "error"
+
+
+def test_stream_interval_holds_each_choice_on_its_own():
+    sink = FakeSink()
+    generations = [FakeGeneration(outputs(*[f"{i}{k}" for k in range(7)]), delay=0.003) for i in range(2)]
+    run(generations, sink, stream_interval=3)
+    for i in range(2):
+        assert content_chunks(sink.payloads, i) == [f"{i}0", f"{i}1{i}2{i}3", f"{i}4{i}5{i}6"]
+    assert [final for _, final in sink.sent].count(True) == 1 and sink.sent[-1][1]
+
+
+def test_stream_interval_does_not_apply_without_stream():
+    sink = FakeSink()
+    state = run([FakeGeneration(outputs("a", "b"))], sink, stream=False, stream_interval=4)
+    assert state.stream_interval == 1
+    assert sink.payloads[0]["choices"][0]["message"]["content"] == "ab"

@@ -131,3 +131,30 @@ def test_error_messages_repeat_at_most_a_short_piece_of_the_input(chat):
     with pytest.raises(BadRequestError) as info:
         chat.prepare(body(tool_choice="x" * 10_000))
     assert len(info.value.message) < 300
+
+
+@pytest.mark.parametrize("server, fields, expected", [
+    (1, {"stream": True}, 1),
+    (1, {"stream": True, "stream_interval": 4}, 4),
+    (3, {"stream": True}, 3),
+    (3, {"stream": True, "stream_interval": 2}, 3),  # a request can raise the server's interval, not lower it
+    (3, {"stream": True, "stream_interval": 8}, 8),
+    (3, {"stream_interval": 8}, 1),  # ignored without stream, as vLLM does
+])
+def test_stream_interval_is_the_larger_of_the_servers_and_the_requests(settings, tokenizer, server, fields, expected):
+    service = ChatService(replace(settings, stream_interval=server), tokenizer)
+    assert service.prepare(body(**fields)).stream_interval == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, "2", True])
+def test_a_bad_stream_interval_is_a_400_naming_it(chat, value):
+    with pytest.raises(BadRequestError) as caught:
+        chat.prepare(body(stream=True, stream_interval=value))
+    assert caught.value.param == "stream_interval"
+
+
+def test_the_stream_interval_parameter_must_be_at_least_one(tiny_model):
+    from tritonchat.settings import ConfigError  # noqa: PLC0415
+
+    with pytest.raises(ConfigError, match="stream_interval"):
+        Settings.from_parameters({"tokenizer": str(tiny_model), "stream_interval": "0"}, None)

@@ -34,7 +34,6 @@ _SHARED: dict[str, Rule] = {
     "return_tokens_as_token_ids": ((False,), "tokens as token ids are not supported"),
     "truncate_prompt_tokens": ((), "prompt truncation is not supported; shorten the prompt"),
     "truncation_side": ((), "prompt truncation is not supported"),
-    "stream_interval": ((), "a per-request stream interval is not supported"),
     "thinking_token_budget": ((), "a thinking token budget is not supported"),
     "repetition_detection": ((), "repetition detection is not supported"),
     "vllm_xargs": ((), "'vllm_xargs' is not supported"),

@@ -80,6 +80,9 @@ class _GenerationFields(_Strict):
     response_format: ResponseFormat | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
+    # vLLM's: tokens per streamed chunk at least (the first and last chunks excepted); it can
+    # only raise the server's `stream_interval`. Ignored without `stream`, as vLLM does.
+    stream_interval: Annotated[int, Field(ge=1)] | None = None
     user: str | None = None
 
     # Accepted because clients send them; they do not change generation.

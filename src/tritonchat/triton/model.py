@@ -200,6 +200,7 @@ class OpenAIModel:
             prepared.builder,
             sink,
             stream=prepared.stream,
+            stream_interval=prepared.stream_interval,
             choices=len(prepared.calls),
             require_finish_reason=self.service.format.reports_finish_reason,
             arrived=arrived,
