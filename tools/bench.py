@@ -1,35 +1,46 @@
 """Benchmark `openai_chat` against the raw generation model it calls, in one run.
 
-    python tools/bench.py [--concurrency 1,16,64] [--paths vllm,scripted] [--repeats 3] ...
+    python tools/bench.py [--concurrency 1,16,64,256] [--paths vllm,scripted] [--repeats 3]
+        [--transports http,grpc,bls] [--stream-intervals 4] [--vllm-server] [--profile 'chat http@64']
+        [--report docs/bench/bench] ...
 
-Two pairs of paths, each pair doing the same work on both sides:
-- `vllm`: `openai_chat` -> `vllm_model` (the tiny chat model on the local vLLM backend),
-  against `vllm_model` called directly with the prompt `openai_chat` would render;
-- `scripted`: `chat_scripted` -> `scripted_vllm` (a fake engine emitting one token every
-  `--scripted-interval-ms`), against `scripted_vllm` called directly. No engine competes
-  for the CPU here, so this pair isolates what the chat layer itself costs.
+Two groups of paths, each path doing the same work:
+- `vllm`: `raw` = `vllm_model` (the tiny chat model on the local vLLM backend) called with the
+  prompt `openai_chat` would render; `chat <transport>` = `openai_chat` in front of it, one per
+  transport; with `--vllm-server`, `vllm serve` = vLLM's own OpenAI server on the same model
+  with the same engine settings (its `/v1/chat/completions`, the same chat request);
+- `scripted`: `raw` = `scripted_vllm` (a fake engine emitting one token every
+  `--scripted-interval-ms`), `chat <transport>` = `openai_chat` in front of it. No engine
+  competes for the CPU here, so this group isolates what the chat layer itself costs.
+`--stream-intervals N` adds `chat <first transport> si=N`: the same chat request with vLLM's
+`stream_interval: N` (chunks of at least N tokens after the first).
 
-Both sides stream over Triton's HTTP `generate_stream` (server-sent events), from a
-closed loop of `concurrency` clients each sending its next request as soon as the
-previous one ends. Every request produces exactly `--max-tokens` tokens (checked).
+Triton paths stream over Triton's HTTP `generate_stream` (server-sent events), from a closed
+loop of `concurrency` clients each sending its next request as soon as the previous one ends.
+Every request produces exactly `--max-tokens` tokens (checked).
 
 Per request: time to the first event carrying generated text (TTFT), gaps between
 text-carrying events (ITL), how many such events (chunks) and tokens. `openai_chat`
 merges outputs that are already waiting into one chunk when it falls behind, so it may
 send fewer, larger chunks than the raw path: compare tokens/s as well as chunks/s.
 
-Each (pair, concurrency) runs `--repeats` times with raw and chat runs interleaved
-(raw, chat, then chat, raw, ...) so drift hits both sides alike; the report gives
-medians with their min-max spread, chat/raw ratios of paired runs and the project's
-targets. When this script starts the server itself it also reports the CPU time each
-server process used per token, and how busy other processes kept the machine (a shared
-2-core machine makes every figure noisy). Every per-run number goes to the JSON file.
+Each (group, concurrency) runs `--repeats` times with the paths interleaved (in order, then
+in reverse, ...) so drift hits every path alike; the report gives medians with their
+min-max spread, ratios against raw (and against vLLM's server) of paired runs and the
+project's targets. When this script starts the servers itself it also reports the CPU time
+each server process used per token, and how busy other processes kept the machine (a shared
+2-core machine makes every figure noisy). `--profile 'PATH@CONCURRENCY'` samples that path's
+chat stub with py-spy during its first run there: the stage shares (receive, parse, build,
+send, ...) go into the report, the stacks next to the JSON. Every per-run number goes to the
+JSON file; `--report PREFIX` also writes PREFIX.md (the report) and PREFIX.png (output
+tokens/s and first-token latency against concurrency, one line per path).
 
 Any error response, wrong token count or stream silent for `--timeout` seconds fails the
 run; for a silent stream the stacks of the stuck model's stub are saved next to the JSON.
 
 By default a tritonserver is started on free ports with a temporary model repository;
-`--url host:port` uses a running one instead (see the `--*-model` options for names).
+`--url host:port` uses a running one instead (see the `--*-model` options for names; with
+several transports the chat models are `<name>_<transport>`).
 """
 
 from __future__ import annotations
@@ -56,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 
 DEFAULT_TOKENIZER = ROOT / "build" / "tiny-chat"
 VLLM_PROMPT = "Tell me a long story about a lighthouse keeper and the ships she guided home."
-SIDES = ("raw", "chat")
+VLLM_SERVE = "vllm serve"  # vLLM's own OpenAI server on the same model
 RESULT_KEYS = (
     "ttft_p50_ms",
     "ttft_p99_ms",
@@ -237,22 +248,31 @@ def parse_chunk(chunk: dict) -> Event:
 
 @dataclass
 class Target:
-    """One side of a pair: a model and the exact `generate_stream` body sent to it."""
+    """One side of a pair: a model and the exact body sent to it.
+
+    `kind` says how its stream reads: `raw` (the generation model's `generate_stream`), `chat`
+    (`openai_chat`'s `generate_stream`: a chunk in `response`) or `openai` (OpenAI server-sent
+    events: the gateway, vLLM's own server)."""
 
     pair: str  # "vllm" or "scripted"
-    side: str  # "raw", "chat" or "gateway"
+    side: str  # "raw", "chat http", "chat grpc si=4", "vllm serve", "gateway"...
     model: str
     body: dict
     url: str = ""  # where to POST; default: the model's generate_stream on the server
+    kind: str = ""
+
+    def __post_init__(self):
+        if not self.kind:
+            self.kind = "raw" if self.side == "raw" else "chat" if self.side.startswith("chat") else "openai"
 
     @property
     def parse(self):
-        return {"chat": parse_chat_event, "gateway": parse_gateway_event}.get(self.side, parse_raw_event)
+        return {"raw": parse_raw_event, "chat": parse_chat_event, "openai": parse_gateway_event}[self.kind]
 
     @property
     def sums_tokens(self) -> bool:
         """Raw events report token deltas to add up; chat reports the total once, in its usage chunk."""
-        return self.side == "raw"
+        return self.kind == "raw"
 
 
 def chat_request(content: str, max_tokens: int) -> dict:
@@ -298,24 +318,37 @@ class Renderer:
         return self._renderer.render(parse_chat_request(json.dumps(request))).text
 
 
-def build_targets(args, renderer: Renderer) -> list[tuple[Target, Target]]:
-    """(raw, chat) per selected pair, both doing the same work."""
-    pairs = []
+def chat_model_name(args, pair: str, transport: str) -> str:
+    """The chat model of a pair for one transport: the plain name when only one transport runs."""
+    base = args.chat_model if pair == "vllm" else args.chat_scripted_model
+    return base if len(args.transports) == 1 else f"{base}_{transport}"
+
+
+def build_targets(args, renderer: Renderer) -> list[list[Target]]:
+    """Per selected pair: raw first, then `openai_chat` over each transport (and with each stream
+    interval, over the first transport), then vLLM's own server on the vLLM pair; all doing the
+    same work."""
+    groups = []
     for pair in args.paths:
         if pair == "vllm":
-            content, raw_model, chat_model = VLLM_PROMPT, args.raw_model, args.chat_model
+            content, raw_model = VLLM_PROMPT, args.raw_model
         else:
-            content = scripted_content(args.max_tokens, args.scripted_interval_ms)
-            raw_model, chat_model = args.raw_scripted_model, args.chat_scripted_model
+            content, raw_model = scripted_content(args.max_tokens, args.scripted_interval_ms), args.raw_scripted_model
         chat = chat_request(content, args.max_tokens)
-        raw = raw_body(renderer(chat), args.max_tokens)
-        pairs.append(
-            (
-                Target(pair, "raw", raw_model, raw),
-                Target(pair, "chat", chat_model, {"request": json.dumps(chat)}),
-            )
-        )
-    return pairs
+        group = [Target(pair, "raw", raw_model, raw_body(renderer(chat), args.max_tokens))]
+        for transport in args.transports:
+            group.append(Target(pair, f"chat {transport}", chat_model_name(args, pair, transport),
+                                {"request": json.dumps(chat)}))
+        for interval in args.stream_intervals:
+            transport = args.transports[0]
+            request = {**chat, "stream_interval": interval}
+            group.append(Target(pair, f"chat {transport} si={interval}", chat_model_name(args, pair, transport),
+                                {"request": json.dumps(request)}))
+        if pair == "vllm" and args.vllm_server:
+            group.append(Target(pair, VLLM_SERVE, "tiny-chat", {"model": "tiny-chat", **chat},
+                                url=f"{args.vllm_server}/v1/chat/completions" if args.vllm_server != "start" else ""))
+        groups.append(group)
+    return groups
 
 
 # ---- the load generator -----------------------------------------------------------------------
@@ -387,8 +420,9 @@ class ProcessCpu:
     `<model> children` for what a stub spawned (the vLLM engine processes).
     """
 
-    def __init__(self, root_pid: int):
+    def __init__(self, root_pid: int, root_label: str = "tritonserver"):
         self.root_pid = root_pid
+        self.root_label = root_label  # another root (vLLM's own server): one role for its whole tree
         self.tick = os.sysconf("SC_CLK_TCK")
         self._labels: dict[int, str] = {}
 
@@ -402,8 +436,8 @@ class ProcessCpu:
         return int(fields_[1]), int(fields_[11]) + int(fields_[12])  # ppid, utime + stime
 
     def _label(self, pid: int, parent_label: str | None) -> str:
-        if pid == self.root_pid:
-            return "tritonserver"
+        if pid == self.root_pid or self.root_label != "tritonserver":
+            return self.root_label
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
@@ -454,6 +488,76 @@ def system_busy_seconds() -> float | None:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+# ---- profiles of the chat model's stub (py-spy, pure helpers) --------------------------------
+
+PROFILE_RATE_HZ = 250
+# Where a sample of the stub's Python stacks is spent, by the innermost stage it is in. A stack
+# is classified by the first rule (in this order) whose pattern one of its frames contains.
+STAGES = (
+    ("send", ("triton/sink.py",)),  # payload into tensors, InferenceResponse, the sender's send()
+    ("parse", ("tritonchat/formats/",)),  # the request format's decoder: outputs -> text
+    ("build", ("tritonchat/response.py", "tritonchat/choice_text.py", "tritonchat/parsers/")),  # chunk JSON
+    ("receive", ("tritonchat/transports/", "triton/bls.py", "aiohttp/", "grpc/")),  # reading the stream
+    ("request setup", ("tritonchat/service.py", "tritonchat/template.py", "tritonchat/protocol/",
+                       "tritonchat/plan.py", "jinja2/", "transformers/")),  # parse, render, plan
+    ("responder", ("tritonchat/responder.py",)),  # the lanes: queue, merge, cancellation checks
+    ("event loop", ("asyncio/",)),
+)
+
+
+def read_collapsed(text: str) -> dict[str, int]:
+    """py-spy's `--format raw` (collapsed stacks: `frame;frame;... count`) as stack -> samples."""
+    samples: dict[str, int] = {}
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if stack and count.isdigit():
+            samples[stack] = samples.get(stack, 0) + int(count)
+    return samples
+
+
+def stage_of(stack: str) -> str:
+    for stage, patterns in STAGES:
+        if any(pattern in stack for pattern in patterns):
+            return stage
+    return "other"
+
+
+def stage_shares(samples: dict[str, int]) -> dict[str, float]:
+    """Share of the samples in each stage (0-1)."""
+    total = sum(samples.values())
+    shares: dict[str, float] = {}
+    for stack, count in samples.items():
+        stage = stage_of(stack)
+        shares[stage] = shares.get(stage, 0.0) + count / total
+    return dict(sorted(shares.items(), key=lambda item: -item[1]))
+
+
+def _function(frame: str) -> str:
+    """`send (tritonchat/triton/sink.py:87)` -> `send (tritonchat/triton/sink.py)`."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0]})" if where else name
+
+
+def profile_report(samples: dict[str, int], stages: dict[str, float], title: str, top: int = 25) -> str:
+    total = sum(samples.values()) or 1
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    for stack, count in samples.items():
+        frames = [_function(f) for f in stack.split(";")]
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + count
+    lines = [f"py-spy samples of {title}: {total} at {PROFILE_RATE_HZ} Hz (threads that were not idle)", "",
+             "stage shares:"]
+    lines += [f"  {stage:14} {share:6.1%}" for stage, share in stages.items()]
+    lines += ["", f"top {top} functions by own samples:"]
+    lines += [f"  {count / total:6.1%}  {name}" for name, count in sorted(own.items(), key=lambda i: -i[1])[:top]]
+    lines += ["", f"top {top} functions by inclusive samples:"]
+    lines += [f"  {count / total:6.1%}  {name}" for name, count in
+              sorted(inclusive.items(), key=lambda i: -i[1])[:top]]
+    return "\n".join(lines) + "\n"
+
+
 # ---- the benchmark ------------------------------------------------------------------------------
 
 
@@ -462,19 +566,26 @@ class Bench:
     base_url: str
     args: argparse.Namespace
     cpu: ProcessCpu | None = None
+    other_cpu: list[ProcessCpu] = field(default_factory=list)  # servers besides Triton (vLLM's own)
     runs: list[dict] = field(default_factory=list)
+    profiles: list[dict] = field(default_factory=list)
 
     def requests_for(self, concurrency: int) -> int:
         return self.args.requests or max(32, 4 * concurrency)
 
     async def measure(self, session, target: Target, concurrency: int, repeat: int, total: int) -> dict:
-        cpu_before = self.cpu.snapshot() if self.cpu else None
+        cpus = [self.cpu, *self.other_cpu] if self.cpu else []
+        cpu_before = [cpu.snapshot() for cpu in cpus]
         client_before = time.process_time()
         busy_before = system_busy_seconds()
         results, wall = await self.load(session, target, concurrency, total)
         client_cpu = time.process_time() - client_before
         busy = system_busy_seconds() - busy_before if busy_before is not None else None
-        server_cpu = cpu_delta(cpu_before, self.cpu.snapshot()) if self.cpu else None
+        server_cpu = None
+        if cpus:
+            server_cpu = {}
+            for cpu, before in zip(cpus, cpu_before):
+                server_cpu.update(cpu_delta(before, cpu.snapshot()))
         # What everything else on the machine used meanwhile: other people's jobs skew results.
         others = busy - client_cpu - sum(server_cpu.values()) if busy is not None and server_cpu is not None else None
         run = {
@@ -528,37 +639,82 @@ class Bench:
             files.append(str(path))
         return files
 
-    async def warm_up(self, session, raw: Target, chat: Target) -> None:
-        """A few requests per side; also checks that both sides see the same prompt."""
+    def start_profile(self, target: Target, concurrency: int, repeat: int):
+        """py-spy sampling the chat model's stub processes for this run, when `--profile` asks for it."""
+        if repeat != 0 or (target.side, concurrency) not in self.args.profile or not self.cpu:
+            return None
+        py_spy = Path(sys.executable).with_name("py-spy")
+        self.cpu.snapshot()
+        pids = self.cpu.pids(target.model)
+        if not py_spy.exists() or not pids:
+            log(f"cannot profile {target.model}: " + ("no py-spy" if not py_spy.exists() else "no stub process found"))
+            return None
+        stem = f"{self.args.out.stem}-profile-{target.pair}-{target.side.replace(' ', '_')}-c{concurrency}"
+        recorders = []
+        for pid in pids:
+            path = self.args.out.with_name(f"{stem}-{pid}.collapsed")
+            # --nonblocking: the stub is not paused to be sampled (the figures stay those of a normal run).
+            command = [str(py_spy), "record", "--pid", str(pid), "--rate", str(PROFILE_RATE_HZ), "--format", "raw",
+                       "--nonblocking", "--duration", "3600", "--output", str(path)]
+            recorders.append((subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE), path))
+        time.sleep(0.5)  # py-spy attaches
+        return {"target": target, "concurrency": concurrency, "stem": stem, "recorders": recorders}
+
+    def finish_profile(self, profile: dict) -> None:
+        samples: dict[str, int] = {}
+        for process, path in profile["recorders"]:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+            if path.exists():
+                for stack, count in read_collapsed(path.read_text()).items():
+                    samples[stack] = samples.get(stack, 0) + count
+        target, concurrency = profile["target"], profile["concurrency"]
+        stages = stage_shares(samples)
+        text = profile_report(samples, stages, f"{target.model} ({target.side}) at concurrency {concurrency}")
+        path = self.args.out.with_name(profile["stem"] + ".txt")
+        path.write_text(text)
+        self.profiles.append({"pair": target.pair, "side": target.side, "model": target.model,
+                              "concurrency": concurrency, "samples": sum(samples.values()), "stages": stages,
+                              "report": str(path), "collapsed": [str(p) for _, p in profile["recorders"]]})
+        log(f"profile of {target.model} at concurrency {concurrency}: {path}")
+
+    async def warm_up(self, session, group: list[Target]) -> None:
+        """A few requests per side; also checks that every side sees the same prompt."""
         concurrency = min(4, max(self.args.concurrency))
         prompt_tokens = {}
-        for target in (raw, chat):
+        for target in group:
             results, _ = await self.load(session, target, concurrency, 2 * concurrency)
             prompt_tokens[target.side] = {r.prompt_tokens for r in results}
-        if prompt_tokens["raw"] != prompt_tokens["chat"]:
-            raise BenchError(f"{raw.pair}: raw and chat prompts differ in length: {prompt_tokens}")
-        log(f"[{raw.pair}] warm-up done; prompt {prompt_tokens['raw'].pop()} tokens on both sides")
+        if len({frozenset(v) for v in prompt_tokens.values()}) != 1:
+            raise BenchError(f"{group[0].pair}: the sides' prompts differ in length: {prompt_tokens}")
+        log(f"[{group[0].pair}] warm-up done; prompt {prompt_tokens['raw'].pop()} tokens on every side")
 
-    async def run(self, pairs: list[tuple[Target, Target]]) -> None:
+    async def run(self, groups: list[list[Target]]) -> None:
         import aiohttp  # noqa: PLC0415
 
         limit = max(self.args.concurrency) + 8
         connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.args.timeout)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
-            for raw, chat in pairs:
-                await self.warm_up(session, raw, chat)
+            for group in groups:
+                await self.warm_up(session, group)
                 for concurrency in self.args.concurrency:
                     total = self.requests_for(concurrency)
                     for repeat in range(self.args.repeats):
-                        # raw, chat, then chat, raw: a steady drift cancels out over two repeats.
-                        order = (raw, chat) if repeat % 2 == 0 else (chat, raw)
-                        for target in order:
-                            run = await self.measure(session, target, concurrency, repeat, total)
+                        # Sides in order, then in reverse: a steady drift cancels out over two repeats.
+                        for target in group if repeat % 2 == 0 else group[::-1]:
+                            profile = self.start_profile(target, concurrency, repeat)
+                            try:
+                                run = await self.measure(session, target, concurrency, repeat, total)
+                            finally:
+                                if profile is not None:
+                                    self.finish_profile(profile)
                             self.runs.append(run)
-                            log(f"[{target.pair} c={concurrency} #{repeat + 1} {target.side:4}] " + run_line(run))
+                            log(f"[{target.pair} c={concurrency} #{repeat + 1} {target.side:16}] " + run_line(run))
                             await asyncio.sleep(self.args.pause)
-
 
 def run_line(run: dict) -> str:
     m = run["metrics"]
@@ -570,32 +726,48 @@ def run_line(run: dict) -> str:
     return line + (f" (other processes: {others:.2f} cores)" if others is not None else "")
 
 
+def sides_of(runs: list[dict], pair: str) -> list[str]:
+    """The sides a pair ran, in the order they first ran (raw first)."""
+    seen = []
+    for run in runs:
+        if run["pair"] == pair and run["side"] not in seen:
+            seen.append(run["side"])
+    return sorted(seen, key=lambda side: side != "raw")
+
+
 def summarize(runs: list[dict], args) -> list[dict]:
+    """Per (pair, concurrency): each side's medians and ranges, each side against raw (and chat
+    against vLLM's own server), and CPU per token by process."""
     summary = []
     for pair in args.paths:
+        sides = sides_of(runs, pair)
         for concurrency in args.concurrency:
             level = {
                 side: sorted(
                     (r for r in runs if r["pair"] == pair and r["side"] == side and r["concurrency"] == concurrency),
                     key=lambda r: r["repeat"],
                 )
-                for side in SIDES
+                for side in sides
             }
-            if not level["raw"] or not level["chat"]:
+            level = {side: found for side, found in level.items() if found}
+            if "raw" not in level or len(level) < 2:
                 continue
+            metrics = {side: [r["metrics"] for r in found] for side, found in level.items()}
             entry = {
                 "pair": pair,
                 "concurrency": concurrency,
-                "raw": summarize_level(level["raw"]),
-                "chat": summarize_level(level["chat"]),
-                "chat_vs_raw": paired_comparison(
-                    [r["metrics"] for r in level["raw"]], [r["metrics"] for r in level["chat"]]
-                ),
+                "models": {side: found[0]["model"] for side, found in level.items()},
+                "sides": {side: summarize_level(found) for side, found in level.items()},
+                "vs_raw": {side: paired_comparison(metrics["raw"], metrics[side]) for side in level if side != "raw"},
+                "vs_vllm_serve": {
+                    side: paired_comparison(metrics[VLLM_SERVE], metrics[side])
+                    for side in level if VLLM_SERVE in level and side.startswith("chat")
+                },
             }
             cpu = {}
-            for side in SIDES:
+            for side, found in level.items():
                 per_label: dict[str, list[float]] = {}
-                for r in level[side]:
+                for r in found:
                     tokens = r["metrics"]["tokens"]
                     for label, seconds in (r["server_cpu_s"] or {}).items():
                         per_label.setdefault(label, []).append(1e6 * seconds / tokens)
@@ -603,45 +775,58 @@ def summarize(runs: list[dict], args) -> list[dict]:
                 cpu[side] = {label: spread(values) for label, values in per_label.items()}
             entry["cpu_us_per_token"] = cpu
             entry["other_processes_cores"] = {
-                side: spread(r.get("other_processes_cores") for r in level[side]) for side in SIDES
+                side: spread(r.get("other_processes_cores") for r in found) for side, found in level.items()
             }
             summary.append(entry)
     return summary
 
 
 BURST_ITL_MS = 0.1  # inter-token gaps this small mean whole streams arrive at once
+STUB_CPU_TARGET_US = 80.0
+
+
+def _check(pair: str, side: str, what: str, value: float | None, ok: bool, note: str | None = None) -> dict:
+    return {"pair": pair, "side": side, "what": what, "value": value, "ok": ok, "note": note}
 
 
 def check_targets(summary: list[dict]) -> list[dict]:
-    """The project's targets: chat >= 0.8x raw chunks/s at 16 and 64; <= 3 ms added TTFT p50 at 1."""
+    """The targets of the chat layer, on the scripted fixed-rate engine (each chat side vs raw,
+    in the same run): tokens/s >= 0.85x raw at 16, 64 and 256; added TTFT p50 <= 1.5 ms at 1 and
+    <= 10 ms at 16; ITL p50 <= 1.3x raw at 16; CPU in the chat model's stub <= 80 µs per token (at
+    64). On the vLLM pair: chat tokens/s at or above vLLM's own server at 64."""
     checks = []
     for entry in summary:
-        cmp = entry["chat_vs_raw"]
-        raw_itl = entry["raw"]["itl_p50_ms"]
-        bursty = bool(raw_itl and raw_itl["median"] < BURST_ITL_MS)
-        if entry["concurrency"] in (16, 64) and cmp["chunks_per_s_ratio"]:
-            value = cmp["chunks_per_s_ratio"]["median"]
-            checks.append(
-                {
-                    "pair": entry["pair"],
-                    "what": f"chunks/s chat/raw at concurrency {entry['concurrency']} >= 0.8",
-                    "value": value,
-                    "ok": value >= 0.8,
-                    "note": None,
-                }
-            )
-        if entry["concurrency"] == 1 and cmp["ttft_p50_ms_diff"]:
-            value = cmp["ttft_p50_ms_diff"]["median"]
-            checks.append(
-                {
-                    "pair": entry["pair"],
-                    "what": "added TTFT p50 at concurrency 1 <= 3 ms",
-                    "value": value,
-                    "ok": value <= 3.0,
-                    # The raw streams arrive whole, so their first token says nothing about the chat layer.
-                    "note": "not meaningful: raw streams arrive in one burst (ITL p50 < 0.1 ms)" if bursty else None,
-                }
-            )
+        pair, concurrency = entry["pair"], entry["concurrency"]
+        for side, cmp in entry["vs_raw"].items():
+            if not side.startswith("chat"):
+                continue
+            if pair == "scripted":
+                ratio = cmp["tokens_per_s_ratio"]
+                if concurrency in (16, 64, 256) and ratio:
+                    checks.append(_check(pair, side, f"tokens/s vs raw at concurrency {concurrency} >= 0.85x",
+                                         ratio["median"], ratio["median"] >= 0.85))
+                ttft = cmp["ttft_p50_ms_diff"]
+                limit = {1: 1.5, 16: 10.0}.get(concurrency)
+                if limit is not None and ttft:
+                    raw_itl = entry["sides"]["raw"]["itl_p50_ms"]
+                    bursty = bool(raw_itl and raw_itl["median"] < BURST_ITL_MS)
+                    note = "not meaningful: raw streams arrive in one burst (ITL p50 < 0.1 ms)" if bursty else None
+                    checks.append(_check(pair, side, f"added TTFT p50 at concurrency {concurrency} <= {limit:g} ms",
+                                         ttft["median"], ttft["median"] <= limit, note))
+                itl = cmp["itl_p50_ms_ratio"]
+                if concurrency == 16 and itl:
+                    checks.append(_check(pair, side, "ITL p50 vs raw at concurrency 16 <= 1.3x", itl["median"],
+                                         itl["median"] <= 1.3))
+                stub = entry["cpu_us_per_token"].get(side, {}).get(entry["models"][side])
+                if concurrency == 64 and stub:
+                    value = stub["median"]
+                    checks.append(_check(pair, side, f"stub CPU per token at concurrency 64 <= {STUB_CPU_TARGET_US:g} µs",
+                                         value, value <= STUB_CPU_TARGET_US))
+        for side, cmp in entry["vs_vllm_serve"].items():
+            ratio = cmp["tokens_per_s_ratio"]
+            if concurrency == 64 and ratio:
+                checks.append(_check(pair, side, "tokens/s vs vLLM's own server at concurrency 64 >= 1.0x",
+                                     ratio["median"], ratio["median"] >= 1.0))
     return checks
 
 
@@ -688,22 +873,42 @@ COLUMNS = [
 
 def pair_title(pair: str, args) -> str:
     if pair == "vllm":
-        return f"vLLM engine, tiny model (`{args.chat_model}` vs `{args.raw_model}`)"
-    return (
-        f"scripted fake engine, one token every {args.scripted_interval_ms:g} ms "
-        f"(`{args.chat_scripted_model}` vs `{args.raw_scripted_model}`)"
-    )
+        return f"vLLM engine, tiny model (raw: `{args.raw_model}`)"
+    return f"scripted fake engine, one token every {args.scripted_interval_ms:g} ms (raw: `{args.raw_scripted_model}`)"
 
 
-def markdown_report(summary: list[dict], checks: list[dict], args) -> str:
+def _sum_medians(*spreads) -> float | None:
+    values = [s["median"] for s in spreads if s]
+    return sum(values) if values else None
+
+
+def comparison_cells(cmp: dict) -> list[str]:
+    cells = []
+    for _, key in COLUMNS:
+        if key in LATENCY_KEYS:
+            cells.append(fmt_latency_change(cmp[f"{key}_diff"], cmp[f"{key}_ratio"]))
+        elif f"{key}_ratio" in cmp:
+            cells.append(fmt_spread(cmp[f"{key}_ratio"], "x"))
+        else:
+            cells.append("")
+    return cells
+
+
+def markdown_report(summary: list[dict], checks: list[dict], args, profiles: list[dict] = (),
+                    plot: str | None = None) -> str:
     lines = [
         f"# openai_chat vs raw generate_stream: {args.max_tokens} tokens per request, "
         f"medians of {args.repeats} runs (min-max)",
         "",
+        "Paths: `raw` calls the generation model's `generate_stream` directly; `chat <transport>` is "
+        "`openai_chat` reading it over that transport (`si=N`: the request's `stream_interval`); "
+        f"`{VLLM_SERVE}` is vLLM's own OpenAI server on the same model and engine settings. "
         "chunks = events carrying generated text; the chat layer merges outputs that wait, so "
         "compare tokens/s too. ms/token = (last text event - first) / (tokens - 1) per request. "
-        "Ratio rows: chat vs raw over paired runs; latencies as chat - raw in ms (chat/raw ratio).",
+        "Ratio rows: that path vs raw over paired runs; latencies as path - raw in ms (path/raw ratio).",
     ]
+    if plot:
+        lines += ["", f"![tokens/s and first-token latency against concurrency]({plot})"]
     for pair in args.paths:
         entries = [e for e in summary if e["pair"] == pair]
         if not entries:
@@ -713,47 +918,106 @@ def markdown_report(summary: list[dict], checks: list[dict], args) -> str:
         lines.append("|---|---|" + "---|" * len(COLUMNS))
         for e in entries:
             c = e["concurrency"]
-            for side in SIDES:
-                cells = [fmt_spread(e[side][key]) for _, key in COLUMNS]
-                lines.append(f"| {c} | {side} | " + " | ".join(cells) + " |")
-            cmp = e["chat_vs_raw"]
-            cells = []
-            for _, key in COLUMNS:
-                if key in LATENCY_KEYS:
-                    cells.append(fmt_latency_change(cmp[f"{key}_diff"], cmp[f"{key}_ratio"]))
-                elif f"{key}_ratio" in cmp:
-                    cells.append(fmt_spread(cmp[f"{key}_ratio"], "x"))
-                else:
-                    cells.append("")
-            lines.append(f"| {c} | **chat/raw** | " + " | ".join(cells) + " |")
+            for side, stats in e["sides"].items():
+                lines.append(f"| {c} | {side} | " + " | ".join(fmt_spread(stats[key]) for _, key in COLUMNS) + " |")
+            for side, cmp in e["vs_raw"].items():
+                lines.append(f"| {c} | **{side} / raw** | " + " | ".join(comparison_cells(cmp)) + " |")
+            for side, cmp in e["vs_vllm_serve"].items():
+                lines.append(f"| {c} | **{side} / {VLLM_SERVE}** | " + " | ".join(comparison_cells(cmp)) + " |")
     # Only when this script ran the server: otherwise the client's own CPU is all there is.
-    cpu_rows = [e for e in summary if any(set(e["cpu_us_per_token"][s]) - {"bench client"} for s in SIDES)]
+    cpu_rows = [e for e in summary if any(set(cpu) - {"bench client"} for cpu in e["cpu_us_per_token"].values())]
     if cpu_rows:
-        labels = sorted({label for e in cpu_rows for s in SIDES for label in e["cpu_us_per_token"][s]})
         lines += [
             "",
             "## CPU time per generated token (µs, medians), by process",
             "",
-            "Last column: CPU cores that processes outside this benchmark kept busy during the runs "
-            "(max over runs); much above 0 means the figures are disturbed.",
+            "`chat stub`: the Python-backend stub of the path's chat model; `generation model`: the raw "
+            "model's stub and the processes it started (the vLLM engine). Last column: CPU cores that "
+            "processes outside this benchmark kept busy during the runs (max over runs); much above 0 "
+            "means the figures are disturbed.",
             "",
+            "| pair | conc | path | bench client | tritonserver | chat stub | generation model | "
+            f"{VLLM_SERVE} | other processes (cores) |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
-        lines.append("| pair | conc | path | " + " | ".join(labels) + " | other processes (cores) |")
-        lines.append("|---|---|---|" + "---|" * (len(labels) + 1))
         for e in cpu_rows:
-            for side in SIDES:
-                cpu = e["cpu_us_per_token"][side]
-                cells = [_num(cpu[label]["median"]) if cpu.get(label) else "-" for label in labels]
+            raw_model = e["models"]["raw"]
+            for side, cpu in e["cpu_us_per_token"].items():
+                stub = cpu.get(e["models"][side]) if side.startswith("chat") else None
+                engine = _sum_medians(cpu.get(raw_model), cpu.get(f"{raw_model} children"))
                 others = e["other_processes_cores"][side]
-                cells.append(_num(others["max"]) if others else "-")
+                cells = [_num(cpu["bench client"]["median"]) if cpu.get("bench client") else "-",
+                         _num(cpu["tritonserver"]["median"]) if cpu.get("tritonserver") else "-",
+                         _num(stub["median"]) if stub else "-", _num(engine),
+                         _num(cpu[VLLM_SERVE]["median"]) if cpu.get(VLLM_SERVE) else "-",
+                         _num(others["max"]) if others else "-"]
                 lines.append(f"| {e['pair']} | {e['concurrency']} | {side} | " + " | ".join(cells) + " |")
+    if profiles:
+        lines += ["", "## Where the chat stub's CPU goes (py-spy, first run of the profiled level)", "",
+                  "Stage shares of the stub's samples (tools/bench.py `STAGES`), and the same as µs per token "
+                  "(the stub's CPU per token in that level, median, times the share).", "",
+                  "| pair | path | conc | samples | " + " | ".join(stage for stage, _ in STAGES) + " | other |",
+                  "|---|---|---|---|" + "---|" * (len(STAGES) + 1)]
+        for profile in profiles:
+            entry = next((e for e in summary if e["pair"] == profile["pair"]
+                          and e["concurrency"] == profile["concurrency"]), None)
+            stub = entry["cpu_us_per_token"].get(profile["side"], {}).get(profile["model"]) if entry else None
+            cells = []
+            for stage in [name for name, _ in STAGES] + ["other"]:
+                share = profile["stages"].get(stage, 0.0)
+                cells.append(f"{share:.0%}" + (f" ({share * stub['median']:.0f} µs)" if stub else ""))
+            lines.append(f"| {profile['pair']} | {profile['side']} | {profile['concurrency']} | {profile['samples']} | "
+                         + " | ".join(cells) + " |")
     if checks:
         lines += ["", "## Targets", ""]
         for check in checks:
-            value = f"{check['value']:+.2f} ms" if "ms" in check["what"] else f"{check['value']:.2f}x"
+            what = check["what"]
+            value = (f"{check['value']:+.2f} ms" if what.endswith(" ms") else
+                     f"{check['value']:.0f} µs" if "µs" in what else f"{check['value']:.2f}x")
             note = f" ({check['note']})" if check.get("note") else ""
-            lines.append(f"- {'PASS' if check['ok'] else 'FAIL'} [{check['pair']}] {check['what']}: {value}{note}")
+            lines.append(f"- {'PASS' if check['ok'] else 'FAIL'} [{check['pair']}, {check['side']}] {what}: {value}{note}")
     return "\n".join(lines) + "\n"
+
+
+def write_plot(summary: list[dict], args, path: Path) -> None:
+    """Output tokens/s and first-token latency p50 against concurrency, one line per path (error
+    bars: min-max over the repeats), one row per pair."""
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    pairs = [pair for pair in args.paths if any(e["pair"] == pair for e in summary)]
+    figure, axes = plt.subplots(len(pairs), 2, figsize=(12, 4.5 * len(pairs)), squeeze=False)
+    for row, pair in enumerate(pairs):
+        entries = [e for e in summary if e["pair"] == pair]
+        sides = list(dict.fromkeys(side for e in entries for side in e["sides"]))
+        for column, (key, label) in enumerate((("tokens_per_s", "output tokens/s"), ("ttft_p50_ms", "TTFT p50 (ms)"))):
+            ax = axes[row][column]
+            for side in sides:
+                points = [(e["concurrency"], e["sides"][side][key]) for e in entries
+                          if side in e["sides"] and e["sides"][side][key]]
+                if not points:
+                    continue
+                xs = [x for x, _ in points]
+                ys = [p["median"] for _, p in points]
+                errors = [[p["median"] - p["min"] for _, p in points], [p["max"] - p["median"] for _, p in points]]
+                ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=side,
+                            linestyle="--" if side == "raw" else "-")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(args.concurrency, [str(c) for c in args.concurrency])
+            if key == "ttft_p50_ms":
+                ax.set_yscale("log")
+            ax.set_xlabel("concurrency (closed loop)")
+            ax.set_ylabel(label)
+            ax.set_title(f"{pair_title(pair, args)}".replace("`", ""), fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+    figure.suptitle(f"openai_chat vs raw, {args.max_tokens} tokens per request, medians of {args.repeats} runs",
+                    fontsize=11)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 # ---- the server -------------------------------------------------------------------------------
@@ -770,29 +1034,80 @@ def set_instance_count(config_path: Path, count: int) -> None:
 
 
 def build_repository(repo: Path, args, grpc_port: int, http_port: int) -> None:
-    """The models the selected pairs need, as tests/conftest.py builds them."""
+    """The models the selected pairs need, as tests/conftest.py builds them: per pair the raw
+    model and one chat model per transport."""
     from tools.repositories import add_chat_model, add_test_model, add_vllm_model  # noqa: PLC0415
 
-    transport = {"transport": args.transport, "grpc_url": f"127.0.0.1:{grpc_port}", "http_url": f"127.0.0.1:{http_port}",
-                 **{key: str(value) for key, value in args.chat_parameter}}
-    chat_dirs = []
-    if "vllm" in args.paths:
-        add_vllm_model(repo, args.raw_model, args.tokenizer, **dict(args.engine_arg))
-        chat_dirs.append(add_chat_model(repo, args.chat_model, target_model=args.raw_model, **transport))
-    if "scripted" in args.paths:
-        add_test_model(repo, args.raw_scripted_model, "scripted_vllm")
-        chat_dirs.append(
-            add_chat_model(
-                repo,
-                args.chat_scripted_model,
-                target_model=args.raw_scripted_model,
-                tokenizer=str(args.tokenizer),
-                served_model_name="scripted",
-                **transport,
-            )
-        )
-    for chat_dir in chat_dirs:
-        set_instance_count(chat_dir / "config.pbtxt", args.instances)
+    loopback = {"grpc_url": f"127.0.0.1:{grpc_port}", "http_url": f"127.0.0.1:{http_port}",
+                **{key: str(value) for key, value in args.chat_parameter}}
+    for pair in args.paths:
+        if pair == "vllm":
+            add_vllm_model(repo, args.raw_model, args.tokenizer, **dict(args.engine_arg))
+            extra = {"target_model": args.raw_model}
+        else:
+            add_test_model(repo, args.raw_scripted_model, "scripted_vllm")
+            extra = {"target_model": args.raw_scripted_model, "tokenizer": str(args.tokenizer),
+                     "served_model_name": "scripted"}
+        for transport in args.transports:
+            chat_dir = add_chat_model(repo, chat_model_name(args, pair, transport), transport=transport,
+                                      **extra, **loopback)
+            count = args.bls_instances if transport == "bls" and args.bls_instances else args.instances
+            set_instance_count(chat_dir / "config.pbtxt", count)
+
+
+def vllm_server_command(args, port: int) -> list[str]:
+    """vLLM's own OpenAI server with the engine settings of `vllm_model` (tools/repositories.py)."""
+    from tools.repositories import TINY_ENGINE_ARGS  # noqa: PLC0415
+
+    engine = {**TINY_ENGINE_ARGS, **dict(args.engine_arg)}
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(args.tokenizer),
+               "--host", "127.0.0.1", "--port", str(port), "--no-enable-log-requests"]
+    for key, value in engine.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            command.append(flag)
+        elif value is not False:
+            command += [flag, str(value)]
+    return command
+
+
+def start_vllm_server(args, out: Path):
+    """vLLM's OpenAI server on a free port; returns the process and its URL."""
+    import urllib.request  # noqa: PLC0415
+
+    from tools.tritonlocal import free_port, server_env  # noqa: PLC0415
+
+    port = free_port()
+    log_path = out.with_name(out.stem + "-vllm-serve.log")
+    with open(log_path, "wb") as server_log:
+        process = subprocess.Popen(vllm_server_command(args, port), stdout=server_log, stderr=subprocess.STDOUT,
+                                   env=server_env(), start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    log(f"starting vLLM's OpenAI server (log: {log_path})")
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BenchError(f"vLLM's server exited (log: {log_path})")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    log(f"vLLM's server ready at {url}")
+                    return process, url
+        except OSError:
+            time.sleep(1)
+    stop_process_group(process)
+    raise BenchError(f"vLLM's server did not start (log: {log_path})")
+
+
+def stop_process_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
 
 
 def git_revision() -> str | None:
@@ -827,6 +1142,21 @@ def _paths(text: str) -> list[str]:
     return values
 
 
+def _transports(text: str) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = set(values) - {"http", "grpc", "bls"}
+    if not values or unknown or len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError("expected http, grpc and/or bls, separated by commas")
+    return values
+
+
+def _profile_spec(text: str) -> tuple[str, int]:
+    side, sep, concurrency = text.rpartition("@")
+    if not sep or not side or not concurrency.isdigit():
+        raise argparse.ArgumentTypeError("expected PATH@CONCURRENCY, e.g. 'chat http@64'")
+    return side, int(concurrency)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from tritonchat.repository import parse_engine_arg  # noqa: PLC0415
 
@@ -838,8 +1168,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--paths", type=_paths, default=["vllm", "scripted"], help="pairs to run: vllm,scripted")
     p.add_argument("--scripted-interval-ms", type=float, default=2.0, help="the fake engine's time per token")
     p.add_argument("--instances", type=int, default=1, help="instance_group count of the chat models")
-    p.add_argument("--transport", choices=("http", "grpc", "bls"), default="grpc",
-                   help="how the chat models read the generation stream (config parameter 'transport')")
+    p.add_argument("--bls-instances", type=int, default=0,
+                   help="instance_group count of the chat models on the BLS transport (default: --instances); "
+                        "BLS reads one stream at a time per instance")
+    p.add_argument("--transports", "--transport", type=_transports, default=["http"],
+                   help="how the chat models read the generation stream (parameter 'transport'): one chat "
+                        "path per transport, e.g. http,grpc,bls")
+    p.add_argument("--stream-intervals", type=_int_list, default=[],
+                   help="extra chat paths over the first transport whose requests set 'stream_interval', e.g. 4,16")
+    p.add_argument("--vllm-server", nargs="?", const="start", default=None,
+                   help="add vLLM's own OpenAI server on the tiny model as a path of the vllm pair: started "
+                        "here, or the URL of a running one (http://host:port)")
+    p.add_argument("--profile", action="append", default=[], type=_profile_spec,
+                   help="sample the chat stub with py-spy during the first run of 'PATH@CONCURRENCY', e.g. "
+                        "'chat http@64' (repeatable); stage shares go into the report")
+    p.add_argument("--report", type=Path,
+                   help="also write the report to REPORT.md and the plot to REPORT.png (e.g. docs/bench/bench)")
     p.add_argument("--chat-parameter", action="append", default=[], type=parse_engine_arg,
                    help="config parameter key=value of the chat models (e.g. responder_threads=1)")
     p.add_argument("--engine-arg", action="append", default=[], type=parse_engine_arg,
@@ -859,10 +1203,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.out = ROOT / "bench-results" / f"{datetime.now():%Y%m%d-%H%M%S}.json"
     args.tokenizer = args.tokenizer.resolve()
     return args
-
-
-def _terminate(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def start_server(args, out: Path):
@@ -921,10 +1261,11 @@ def write_results(args, pairs, bench: Bench, summary, checks, *, started: str, s
             "server": args.url or "local tritonserver",
             "server_log": str(server_log) if server_log else None,
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-            "targets": {f"{t.pair}/{t.side}": asdict(t) for pair in pairs for t in pair},
+            "targets": {f"{t.pair}/{t.side}": asdict(t) for group in pairs for t in group},
         },
         "summary": summary,
         "targets": checks,
+        "profiles": bench.profiles,
         "runs": bench.runs,
     }
     args.out.write_text(json.dumps(result, indent=1))
@@ -945,11 +1286,16 @@ def main(argv: list[str] | None = None) -> int:
 
     # `kill` (SIGTERM) ends the benchmark like Ctrl-C does: the server is stopped, results written.
     signal.signal(signal.SIGTERM, _terminate)
-    server = repo_dir = None
+    server = repo_dir = vllm_server = None
     bench = Bench(f"http://{args.url}", args)
     started = datetime.now().isoformat(timespec="seconds")
     status = "ok"
     try:
+        if args.vllm_server == "start" and "vllm" in args.paths:
+            vllm_server, url = start_vllm_server(args, args.out)
+            for target in (t for group in pairs for t in group if t.side == VLLM_SERVE):
+                target.url = f"{url}/v1/chat/completions"
+            bench.other_cpu.append(ProcessCpu(vllm_server.pid, VLLM_SERVE))
         if not args.url:
             server, repo_dir = start_server(args, args.out)
             server.wait_ready(timeout=600)
@@ -963,15 +1309,34 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server:
             stop_server(server, repo_dir)
+        if vllm_server:
+            stop_process_group(vllm_server)
         summary = summarize(bench.runs, args)
         checks = check_targets(summary)
         write_results(args, pairs, bench, summary, checks, started=started, status=status,
                       server_log=server.log_path if server else None)
         if bench.runs:
+            plot = None
+            if args.report and summary:
+                args.report.parent.mkdir(parents=True, exist_ok=True)
+                plot_path = args.report.with_suffix(".png")
+                write_plot(summary, args, plot_path)
+                plot = plot_path.name
+            report = markdown_report(summary, checks, args, bench.profiles, plot)
             if status != "ok":
-                print(f"**Incomplete: {status}** (the table shows the runs that finished)\n")
-            print(markdown_report(summary, checks, args))
+                report = f"**Incomplete: {status}** (the table shows the runs that finished)\n\n" + report
+            if args.report:
+                args.report.with_suffix(".md").write_text(report_header(args, started) + report)
+                log(f"report: {args.report.with_suffix('.md')}")
+            print(report)
     return 0
+
+
+def report_header(args, started: str) -> str:
+    """What the report file says about its run: when, what revision, the command line."""
+    command = " ".join(sys.argv[1:]) if sys.argv[1:] else "(defaults)"
+    return (f"<!-- written by tools/bench.py; started {started}, revision {git_revision()}, "
+            f"{os.cpu_count()} CPUs; arguments: {command} -->\n")
 
 
 if __name__ == "__main__":

@@ -110,13 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     out = ours.out or ROOT / "bench-results" / f"{stamp}-gateway.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     args = bench.parse_args([
-        "--paths", "scripted", "--transport", "http", "--concurrency", ",".join(map(str, ours.concurrency)),
+        "--paths", "scripted", "--transports", "http", "--concurrency", ",".join(map(str, ours.concurrency)),
         "--repeats", str(ours.repeats), "--requests", str(ours.requests), "--max-tokens", str(ours.max_tokens),
         "--scripted-interval-ms", str(ours.scripted_interval_ms), "--out", str(out)])
     if args.tokenizer == bench.DEFAULT_TOKENIZER.resolve():
         subprocess.run([sys.executable, str(ROOT / "tools" / "make_tiny_model.py"), "--out", str(args.tokenizer)],
                        check=True, stdout=sys.stderr)
-    [(_, direct)] = bench.build_targets(args, bench.Renderer(args.tokenizer))
+    [(_, direct)] = bench.build_targets(args, bench.Renderer(args.tokenizer))  # raw, chat http
+    direct.side = "chat"
     server, repo_dir = bench.start_server(args, out)
     gateway_process = None
     try:

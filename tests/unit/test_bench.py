@@ -110,29 +110,87 @@ def test_set_instance_count(tmp_path):
     assert "count: 9 in a comment" in config.read_text()
 
 
-def test_report_has_ratio_rows_and_targets():
+def test_report_has_ratio_rows_and_targets(tmp_path):
     args = argparse.Namespace(
-        paths=["scripted"], concurrency=[1, 16], max_tokens=64, repeats=2, scripted_interval_ms=2.0,
-        chat_scripted_model="chat_scripted", raw_scripted_model="scripted_vllm",
+        paths=["scripted", "vllm"], concurrency=[1, 16, 64], max_tokens=64, repeats=2, scripted_interval_ms=2.0,
+        chat_scripted_model="chat_scripted", raw_scripted_model="scripted_vllm", raw_model="vllm_model",
     )
     runs = []
-    for concurrency in (1, 16):
-        for repeat in range(2):
-            for side, rate, ttft in (("raw", 1000.0, 2.0), ("chat", 900.0, 4.0)):
-                runs.append({
-                    "pair": "scripted", "side": side, "concurrency": concurrency, "repeat": repeat,
-                    "metrics": _metrics(chunks_per_s=rate, ttft_p50_ms=ttft, tokens=640),
-                    "client_cpu_s": 0.1, "server_cpu_s": {"chat_scripted": 0.2} if side == "chat" else {},
-                })
+    sides = {"scripted": (("raw", "scripted_vllm", 1000.0, 2.0), ("chat http", "chat_scripted_http", 900.0, 4.0),
+                          ("chat bls", "chat_scripted_bls", 500.0, 30.0)),
+             "vllm": (("raw", "vllm_model", 1000.0, 2.0), ("chat http", "openai_chat_http", 900.0, 4.0),
+                      (bench.VLLM_SERVE, "tiny-chat", 800.0, 3.0))}
+    for pair, paths in sides.items():
+        for concurrency in (1, 16, 64):
+            for repeat in range(2):
+                for side, model, rate, ttft in paths:
+                    runs.append({
+                        "pair": pair, "side": side, "model": model, "concurrency": concurrency, "repeat": repeat,
+                        "metrics": _metrics(tokens_per_s=rate, ttft_p50_ms=ttft, itl_p50_ms=rate / 500, tokens=640),
+                        "client_cpu_s": 0.1, "other_processes_cores": 0.0,
+                        "server_cpu_s": {"tritonserver": 0.05, "chat_scripted_http": 0.032, "chat_scripted_bls": 0.2},
+                    })
     summary = bench.summarize(runs, args)
+    assert [e["sides"].keys() for e in summary][0] == {"raw", "chat http", "chat bls"}
     checks = bench.check_targets(summary)
-    assert [(c["what"], c["ok"]) for c in checks] == [
-        ("added TTFT p50 at concurrency 1 <= 3 ms", True),
-        ("chunks/s chat/raw at concurrency 16 >= 0.8", True),
-    ]
-    report = bench.markdown_report(summary, checks, args)
-    assert "| 16 | **chat/raw** |" in report and "0.90x" in report and "+2.00 (2.00x)" in report
-    assert "chat_scripted" in report and "PASS" in report
+    by_name = {(c["pair"], c["side"], c["what"]): c["ok"] for c in checks}
+    assert by_name[("scripted", "chat http", "added TTFT p50 at concurrency 1 <= 1.5 ms")] is False  # +2 ms
+    assert by_name[("scripted", "chat http", "tokens/s vs raw at concurrency 16 >= 0.85x")] is True
+    assert by_name[("scripted", "chat bls", "tokens/s vs raw at concurrency 64 >= 0.85x")] is False
+    assert by_name[("scripted", "chat http", "ITL p50 vs raw at concurrency 16 <= 1.3x")] is True
+    assert by_name[("scripted", "chat http", "stub CPU per token at concurrency 64 <= 80 µs")] is True  # 50 µs
+    assert by_name[("scripted", "chat bls", "stub CPU per token at concurrency 64 <= 80 µs")] is False
+    assert by_name[("vllm", "chat http", "tokens/s vs vLLM's own server at concurrency 64 >= 1.0x")] is True
+    assert not any(pair == "vllm" and "raw" in what for pair, _, what in by_name)  # the raw targets: scripted only
+    profiles = [{"pair": "scripted", "side": "chat http", "model": "chat_scripted_http", "concurrency": 64,
+                 "samples": 100, "stages": {"send": 0.5, "receive": 0.25, "other": 0.25}}]
+    report = bench.markdown_report(summary, checks, args, profiles, "bench.png")
+    assert "| 16 | **chat http / raw** |" in report and "0.90x" in report and "+2.00 (2.00x)" in report
+    assert f"| 64 | **chat http / {bench.VLLM_SERVE}** |" in report and "1.12x" in report
+    assert "![tokens/s and first-token latency against concurrency](bench.png)" in report
+    assert "| scripted | chat http | 64 | 100 | 50% (25 µs) | 0% (0 µs) |" in report  # send: half of 50 µs
+    assert "PASS" in report and "FAIL" in report
+    bench.write_plot(summary, args, tmp_path / "bench.png")
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_profile_stages_come_from_the_innermost_matching_rule():
+    collapsed = (
+        "_run (threading.py:1);_handle (tritonchat/responder.py:2);send (tritonchat/triton/sink.py:3) 6\n"
+        "_run (threading.py:1);_handle (tritonchat/responder.py:2);stream_output (tritonchat/response.py:4) 2\n"
+        "run_forever (asyncio/base_events.py:5);__aiter__ (tritonchat/transports/http.py:6) 1\n"
+        "run_forever (asyncio/base_events.py:5);pump (tritonchat/transports/base.py:7);"
+        "decode (tritonchat/formats/vllm.py:8) 1\n"
+        "garbage line\n"
+    )
+    samples = bench.read_collapsed(collapsed)
+    assert sum(samples.values()) == 10
+    assert bench.stage_shares(samples) == {"send": 0.6, "build": 0.2, "receive": 0.1, "parse": 0.1}
+    report = bench.profile_report(samples, bench.stage_shares(samples), "m")
+    assert "60.0%  send (tritonchat/triton/sink.py)" in report
+
+
+def test_build_targets_one_path_per_transport_and_interval():
+    args = bench.parse_args(["--paths", "scripted,vllm", "--transports", "http,bls", "--stream-intervals", "4",
+                             "--vllm-server", "--out", "/tmp/x.json"])
+    groups = bench.build_targets(args, lambda request: "<prompt>")
+    scripted, vllm = ([t.side for t in group] for group in groups)
+    assert scripted == ["raw", "chat http", "chat bls", "chat http si=4"]
+    assert vllm == ["raw", "chat http", "chat bls", "chat http si=4", bench.VLLM_SERVE]
+    assert [t.model for t in groups[0]] == ["scripted_vllm", "chat_scripted_http", "chat_scripted_bls",
+                                            "chat_scripted_http"]
+    assert json.loads(groups[0][3].body["request"])["stream_interval"] == 4
+    serve = groups[1][-1]
+    assert serve.kind == "openai" and serve.body["model"] == "tiny-chat" and serve.body["stream"] is True
+    assert bench.parse_args(["--profile", "chat http@64", "--out", "/tmp/x.json"]).profile == [("chat http", 64)]
+
+
+def test_vllm_server_gets_the_engine_settings_of_vllm_model():
+    args = bench.parse_args(["--engine-arg", "stream_interval=4", "--out", "/tmp/x.json"])
+    command = bench.vllm_server_command(args, 1234)
+    assert command[command.index("--stream-interval") + 1] == "4"
+    assert "--enforce-eager" in command and command[command.index("--dtype") + 1] == "float32"
+    assert command[command.index("--served-model-name") + 1] == "tiny-chat"
 
 
 def test_run_line_tolerates_missing_figures():
