@@ -324,6 +324,11 @@ def chat_model_name(args, pair: str, transport: str) -> str:
     return base if len(args.transports) == 1 else f"{base}_{transport}"
 
 
+def variant_model_name(args, pair: str, label: str) -> str:
+    """The chat model of a `--variant` (the first transport, the variant's parameters)."""
+    return f"{chat_model_name(args, pair, args.transports[0])}_{label}"
+
+
 def build_targets(args, renderer: Renderer) -> list[list[Target]]:
     """Per selected pair: raw first, then `openai_chat` over each transport (and with each stream
     interval, over the first transport), then vLLM's own server on the vLLM pair; all doing the
@@ -338,6 +343,10 @@ def build_targets(args, renderer: Renderer) -> list[list[Target]]:
         group = [Target(pair, "raw", raw_model, raw_body(renderer(chat), args.max_tokens))]
         for transport in args.transports:
             group.append(Target(pair, f"chat {transport}", chat_model_name(args, pair, transport),
+                                {"request": json.dumps(chat)}))
+        for label, _parameters in args.variant:
+            transport = args.transports[0]
+            group.append(Target(pair, f"chat {transport} {label}", variant_model_name(args, pair, label),
                                 {"request": json.dumps(chat)}))
         for interval in args.stream_intervals:
             transport = args.transports[0]
@@ -1053,6 +1062,11 @@ def build_repository(repo: Path, args, grpc_port: int, http_port: int) -> None:
                                       **extra, **loopback)
             count = args.bls_instances if transport == "bls" and args.bls_instances else args.instances
             set_instance_count(chat_dir / "config.pbtxt", count)
+        for label, parameters in args.variant:
+            transport = args.transports[0]
+            chat_dir = add_chat_model(repo, variant_model_name(args, pair, label), transport=transport,
+                                      **extra, **{**loopback, **parameters})
+            set_instance_count(chat_dir / "config.pbtxt", args.instances)
 
 
 def vllm_server_command(args, port: int) -> list[str]:
@@ -1150,6 +1164,15 @@ def _transports(text: str) -> list[str]:
     return values
 
 
+def _variant(text: str) -> tuple[str, dict[str, str]]:
+    from tritonchat.repository import parse_engine_arg  # noqa: PLC0415
+
+    label, sep, rest = text.partition(":")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_]+", label) or not rest:
+        raise argparse.ArgumentTypeError("expected LABEL:key=value[,key=value...], e.g. 'asyncio:event_loop=asyncio'")
+    return label, {key: str(value) for key, value in (parse_engine_arg(item) for item in rest.split(","))}
+
+
 def _profile_spec(text: str) -> tuple[str, int]:
     side, sep, concurrency = text.rpartition("@")
     if not sep or not side or not concurrency.isdigit():
@@ -1176,6 +1199,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "path per transport, e.g. http,grpc,bls")
     p.add_argument("--stream-intervals", type=_int_list, default=[],
                    help="extra chat paths over the first transport whose requests set 'stream_interval', e.g. 4,16")
+    p.add_argument("--variant", action="append", default=[], type=_variant,
+                   help="an extra chat path over the first transport whose model has these config parameters, "
+                        "LABEL:key=value[,key=value...], e.g. 'asyncio:event_loop=asyncio' (repeatable)")
     p.add_argument("--vllm-server", nargs="?", const="start", default=None,
                    help="add vLLM's own OpenAI server on the tiny model as a path of the vllm pair: started "
                         "here, or the URL of a running one (http://host:port)")

@@ -185,6 +185,31 @@ def test_build_targets_one_path_per_transport_and_interval():
     assert bench.parse_args(["--profile", "chat http@64", "--out", "/tmp/x.json"]).profile == [("chat http", 64)]
 
 
+def test_a_variant_is_a_chat_model_of_its_own_with_its_parameters(tmp_path, monkeypatch):
+    args = bench.parse_args(["--paths", "scripted", "--transports", "grpc,http", "--variant",
+                             "lanes1:responder_threads=1,metrics=false", "--out", "/tmp/x.json"])
+    assert args.variant == [("lanes1", {"responder_threads": "1", "metrics": "False"})]
+    [group] = bench.build_targets(args, lambda request: "<prompt>")
+    assert [(t.side, t.model) for t in group][-1] == ("chat grpc lanes1", "chat_scripted_grpc_lanes1")
+    made = {}
+
+    def add_chat_model(repo, name, **parameters):
+        made[name] = parameters
+        (repo / name).mkdir()
+        (repo / name / "config.pbtxt").write_text("instance_group [ { count: 1 } ]")
+        return repo / name
+
+    monkeypatch.setattr("tools.repositories.add_chat_model", add_chat_model)
+    monkeypatch.setattr("tools.repositories.add_test_model", lambda *a, **k: None)
+    bench.build_repository(tmp_path, args, 1, 2)
+    assert made["chat_scripted_grpc_lanes1"]["responder_threads"] == "1"
+    assert made["chat_scripted_grpc_lanes1"]["transport"] == "grpc"
+    assert "responder_threads" not in made["chat_scripted_grpc"]
+    for bad in ("nolabel", "bad label:x=1", "label:"):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--variant", bad, "--out", "/tmp/x.json"])
+
+
 def test_vllm_server_gets_the_engine_settings_of_vllm_model():
     args = bench.parse_args(["--engine-arg", "stream_interval=4", "--out", "/tmp/x.json"])
     command = bench.vllm_server_command(args, 1234)
