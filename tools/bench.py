@@ -705,7 +705,10 @@ class Bench:
         import aiohttp  # noqa: PLC0415
 
         limit = max(self.args.concurrency) + 8
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
+        # Idle connections are dropped after 2 s, before a server closes them itself (uvicorn,
+        # under vLLM's server, after 5 s): a request must never go out on a connection the
+        # server is closing, which fails the run while the paths take turns.
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit, keepalive_timeout=2.0)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=self.args.timeout)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
             for group in groups:
