@@ -1172,7 +1172,7 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
 
     label, sep, rest = text.partition(":")
     if not sep or not re.fullmatch(r"[A-Za-z0-9_]+", label) or not rest:
-        raise argparse.ArgumentTypeError("expected LABEL:key=value[,key=value...], e.g. 'asyncio:event_loop=asyncio'")
+        raise argparse.ArgumentTypeError("expected LABEL:key=value[,key=value...], e.g. 'lanes2:responder_threads=2'")
     return label, {key: str(value) for key, value in (parse_engine_arg(item) for item in rest.split(","))}
 
 
@@ -1204,7 +1204,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="extra chat paths over the first transport whose requests set 'stream_interval', e.g. 4,16")
     p.add_argument("--variant", action="append", default=[], type=_variant,
                    help="an extra chat path over the first transport whose model has these config parameters, "
-                        "LABEL:key=value[,key=value...], e.g. 'asyncio:event_loop=asyncio' (repeatable)")
+                        "LABEL:key=value[,key=value...], e.g. 'lanes2:responder_threads=2' (repeatable)")
     p.add_argument("--vllm-server", nargs="?", const="start", default=None,
                    help="add vLLM's own OpenAI server on the tiny model as a path of the vllm pair: started "
                         "here, or the URL of a running one (http://host:port)")
