@@ -168,3 +168,55 @@ def test_mistral_template_renders_a_valid_conversation(tokenizer):
         request([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}])
     )
     assert prompt.text == "[INST] a [/INST]b<|im_end|>[INST] c [/INST]"
+
+
+# Llama 3.1's layout, shortened: headers per turn, the tools in the first user turn (its
+# default), tool calls as JSON objects, tool results in the "ipython" role.
+LLAMA3 = (
+    "{{- bos_token }}"
+    "{%- if messages[0]['role'] == 'system' %}{%- set system = messages[0]['content'] %}"
+    "{%- set messages = messages[1:] %}{%- else %}{%- set system = '' %}{%- endif %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + system + '<|eot_id|>' }}"
+    "{%- if tools is not none and messages[0]['role'] == 'user' %}"
+    "{%- set first = messages[0]['content'] %}{%- set messages = messages[1:] %}"
+    "{{- '<|start_header_id|>user<|end_header_id|>\\n\\nFunctions:\\n' }}"
+    "{%- for t in tools %}{{- t | tojson }}{{- '\\n' }}{%- endfor %}"
+    "{{- first + '<|eot_id|>' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' and message.tool_calls %}"
+    "{%- set call = message.tool_calls[0].function %}"
+    "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}"
+    "{{- '{\"name\": \"' + call.name + '\", \"parameters\": ' + (call.arguments | tojson) + '}' }}"
+    "{{- '<|eot_id|>' }}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{{- '<|start_header_id|>ipython<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}"
+    "{%- else %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] + '<|eot_id|>' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+WEATHER_TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+                                                 "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+
+
+def test_llama3_template_renders_tools_history_and_one_bos(tokenizer):
+    renderer = renderer_with(tokenizer, LLAMA3)
+    assert renderer.content_format == "string"
+    prompt = renderer.render(request([{"role": "system", "content": "Be brief."}, *TOOL_HISTORY], tools=[WEATHER_TOOL]))
+    assert prompt.text == (
+        "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nFunctions:\n"
+        + json.dumps(WEATHER_TOOL) + "\nWeather in Oslo?<|eot_id|>"
+        '<|start_header_id|>assistant<|end_header_id|>\n\n{"name": "get_weather", "parameters": {"city": "Oslo"}}<|eot_id|>'
+        "<|start_header_id|>ipython<|end_header_id|>\n\n12 C<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
+    ids = tokenizer(prompt.text).input_ids
+    assert ids.count(tokenizer.bos_token_id) == 1 and prompt.token_ids == tuple(ids)
+
+
+def test_llama3_template_without_tools_keeps_the_user_turn(tokenizer):
+    text = renderer_with(tokenizer, LLAMA3).render(request([{"role": "user", "content": "Hi"}])).text
+    assert text == ("<|start_header_id|>system<|end_header_id|>\n\n<|eot_id|>"
+                    "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                    "<|start_header_id|>assistant<|end_header_id|>\n\n")
