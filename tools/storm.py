@@ -31,22 +31,29 @@ def chat_body(max_tokens: int, content: str = "Tell me a long story.") -> bytes:
 
 
 async def one_stream(session, url: str, body: bytes, drop_after: int | None, timeout: float,
-                     drop_after_s: float | None = None) -> str:
-    """Outcome: 'dropped', 'completed', 'error' or 'timeout'."""
+                     drop_after_s: float | None = None, seen: list | None = None, gaps: list | None = None) -> str:
+    """Outcome: 'dropped', 'completed', 'error' or 'timeout'. What a failing stream saw (a
+    status and body, an error event, an exception) is appended to `seen`; the longest wait for
+    an event (from the request to the first, or between two) to `gaps`, for streams that got one."""
+    seen = seen if seen is not None else []
+    gaps = gaps if gaps is not None else []
     import aiohttp  # noqa: PLC0415
 
     if drop_after_s is not None:
         # Dropped after a time, possibly before any response (also before the headers).
         try:
             async with asyncio.timeout(drop_after_s):
-                return await one_stream(session, url, body, None, timeout)
+                return await one_stream(session, url, body, None, timeout, seen=seen, gaps=gaps)
         except TimeoutError:
             return "dropped"
     events = 0
+    last = time.monotonic()
+    longest = 0.0
     try:
         async with asyncio.timeout(timeout):
             async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
                 if response.status != 200:
+                    seen.append(f"status {response.status}: {(await response.text())[:300]}")
                     return "error"
                 if drop_after == 0:
                     response.close()
@@ -55,16 +62,24 @@ async def one_stream(session, url: str, body: bytes, drop_after: int | None, tim
                     if not line.startswith(b"data: "):
                         continue
                     events += 1
+                    now = time.monotonic()
+                    longest, last = max(longest, now - last), now
                     if b'"error"' in line[:20]:
+                        seen.append(f"after {events - 1} events: {line[:300].decode(errors='replace')}")
                         return "error"
                     if drop_after is not None and events >= drop_after:
                         response.close()  # drops the connection mid-stream
                         return "dropped"
         return "completed"
     except TimeoutError:
+        seen.append(f"timeout after {events} events")
         return "timeout"
-    except aiohttp.ClientError:
+    except aiohttp.ClientError as exc:
+        seen.append(f"after {events} events: {type(exc).__name__}: {exc}")
         return "error"
+    finally:
+        if events:
+            gaps.append(longest)
 
 
 async def storm(url: str, model: str, streams: int, concurrency: int, max_tokens: int, max_events: int,
@@ -76,6 +91,8 @@ async def storm(url: str, model: str, streams: int, concurrency: int, max_tokens
     endpoint = f"http://{url}/v2/models/{model}/generate_stream"
     body = body or chat_body(max_tokens)
     outcomes: dict[str, int] = {}
+    seen: list[str] = []
+    gaps: list[float] = []
     issued = 0
 
     async def worker(session):
@@ -84,7 +101,7 @@ async def storm(url: str, model: str, streams: int, concurrency: int, max_tokens
             issued += 1
             drop_after = None if rng.random() < complete_fraction else rng.randint(0, max_events)
             drop_after_s = rng.uniform(0, max_drop_s) if drop_after is not None and rng.random() < timed_fraction else None
-            outcome = await one_stream(session, endpoint, body, drop_after, timeout, drop_after_s)
+            outcome = await one_stream(session, endpoint, body, drop_after, timeout, drop_after_s, seen, gaps)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
     start = time.monotonic()
@@ -92,7 +109,14 @@ async def storm(url: str, model: str, streams: int, concurrency: int, max_tokens
     connector = aiohttp.TCPConnector(limit=concurrency, force_close=True)
     async with aiohttp.ClientSession(connector=connector) as session:
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
-    return {"streams": streams, "outcomes": outcomes, "seconds": round(time.monotonic() - start, 1)}
+    result = {"streams": streams, "outcomes": outcomes, "seconds": round(time.monotonic() - start, 1)}
+    if gaps:
+        gaps.sort()
+        result["longest_wait_s"] = {"p50": round(gaps[len(gaps) // 2], 3), "p99": round(gaps[int(len(gaps) * 0.99)], 3),
+                                    "max": round(gaps[-1], 3)}
+    if seen:
+        result["failures"] = seen[:10]
+    return result
 
 
 def server_answers(url: str, model: str, timeout: float = 30.0) -> bool:

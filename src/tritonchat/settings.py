@@ -70,6 +70,12 @@ class Settings:
         "its end; cancelling crashes Triton 2.51 under load (see "
         "[Disconnects](#disconnects-and-the-grpc-cancellation-race)): only on a release that passes `tools/storm.py`",
     )
+    grpc_max_draining: int = setting(
+        64,
+        "`transport: grpc`: calls given up but still read to their end (see `grpc_cancel`) that an instance lets run at "
+        "once; while that many drain, new calls wait to start, so abandoned generations cannot starve wanted ones "
+        "(0: no limit)",
+    )
     tokenizer: str = setting(
         "", "tokenizer and chat template; empty: the target's `model.json` `tokenizer`, else its `model`", user=True
     )

@@ -92,7 +92,8 @@ class OpenAIModel:
                                            settings.loopback_header_map)
         elif settings.transport == "grpc":
             self.transport = GrpcTransport(settings.grpc_url, settings.target_model, settings.target_model_version,
-                                           settings.grpc_cancel, settings.idle_timeout_s, settings.loopback_header_map)
+                                           settings.grpc_cancel, settings.idle_timeout_s, settings.loopback_header_map,
+                                           settings.grpc_max_draining)
         else:
             self.transport = BlsTransport(settings.target_model, settings.target_model_version, settings.idle_timeout_s)
         self._target_url = settings.http_url
