@@ -43,7 +43,7 @@ test: setup
 unit: setup
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-# The whole comparison (README, "Benchmark"): raw generation model, openai_chat over each
+# The whole comparison (docs/benchmarks.md): raw generation model, openai_chat over each
 # transport and with stream_interval 4, vLLM's own OpenAI server; writes docs/bench/bench.md
 # and docs/bench/bench.png.
 BENCH_ARGS ?= --paths scripted,vllm --concurrency 1,16,64,256 --repeats 3 \

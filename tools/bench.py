@@ -505,11 +505,11 @@ PROFILE_RATE_HZ = 250
 STAGES = (
     ("send", ("triton/sink.py",)),  # payload into tensors, InferenceResponse, the sender's send()
     ("parse", ("tritonchat/formats/",)),  # the request format's decoder: outputs -> text
-    ("build", ("tritonchat/response.py", "tritonchat/choice_text.py", "tritonchat/parsers/")),  # chunk JSON
+    ("build", ("tritonchat/chunks.py", "tritonchat/choice_text.py", "tritonchat/parsers/")),  # chunk JSON
     ("receive", ("tritonchat/transports/", "triton/bls.py", "aiohttp/", "grpc/")),  # reading the stream
     ("request setup", ("tritonchat/service.py", "tritonchat/template.py", "tritonchat/protocol/",
                        "tritonchat/plan.py", "jinja2/", "transformers/")),  # parse, render, plan
-    ("responder", ("tritonchat/responder.py",)),  # the lanes: queue, merge, cancellation checks
+    ("sender", ("tritonchat/sender.py",)),  # the lanes: queue, merge, cancellation checks
     ("event loop", ("asyncio/",)),
 )
 

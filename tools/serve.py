@@ -18,7 +18,7 @@ from tools.tritonlocal import BUILD, ROOT, TritonServer  # noqa: E402
 from tritonchat.repository import config_context_length, parse_engine_arg, prepare_repository  # noqa: E402
 
 TINY_MODEL = BUILD / "tiny-chat"
-# Engine settings that work for vLLM's CPU build (see README, "Running on CPU").
+# Engine settings that work for vLLM's CPU build (see docs/deployment.md, "Serving a real model locally").
 CPU_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1}
 # The context the CPU engine reserves memory for, unless the model's own is shorter (vLLM
 # refuses a `max_model_len` above the model's).

@@ -3,7 +3,7 @@
 A `ChoiceText` chains an optional reasoning parser (whose content part goes on) and an
 optional tool-call parser, for one choice. Streaming (`feed` / `finish`) and whole-text
 (`parse`) give the same result. `NamedToolParser` and `RequiredToolParser` read the
-output of generation constrained by `tool_choice` (see `tools.py`).
+output of generation constrained by `tool_choice` (see `tool_choice.py`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ The request body goes to the model as it is (fields the SDK does not know are pa
 only `stream` is set from the `stream` argument. Needs the `client` extra (`openai`); the
 gRPC protocol also the `grpc` extra.
 
-Cancelling a gRPC stream can crash Triton 2.51 under load (see the README's Disconnects);
+Cancelling a gRPC stream can crash Triton 2.51 under load (see docs/design.md, "Disconnects");
 use the HTTP protocol (the default) there.
 """
 

@@ -11,17 +11,22 @@ from __future__ import annotations
 import json
 
 
+_UNSET = object()
+
+
 class OpenAIError(Exception):
     """An error to report to the client as an OpenAI error object."""
 
     status: int = 500
     error_type: str = "server_error"
+    default_param: str | None = None
+    default_code: str | None = None
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+    def __init__(self, message: str, *, param: str | None = _UNSET, code: str | None = _UNSET):  # type: ignore[assignment]
         super().__init__(message)
         self.message = message
-        self.param = param
-        self.code = code
+        self.param = self.default_param if param is _UNSET else param
+        self.code = self.default_code if code is _UNSET else code
 
     def to_dict(self) -> dict:
         return {
@@ -49,9 +54,8 @@ class NotFoundError(OpenAIError):
 
     status = 404
     error_type = "invalid_request_error"
-
-    def __init__(self, message: str, *, param: str | None = "model", code: str | None = "model_not_found"):
-        super().__init__(message, param=param, code=code)
+    default_param = "model"
+    default_code = "model_not_found"
 
 
 class UnavailableError(OpenAIError):
@@ -59,9 +63,7 @@ class UnavailableError(OpenAIError):
 
     status = 503
     error_type = "server_error"
-
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = "service_unavailable"):
-        super().__init__(message, param=param, code=code)
+    default_code = "service_unavailable"
 
 
 class InternalError(OpenAIError):
@@ -76,3 +78,23 @@ class CancelledError(OpenAIError):
 
     status = 499
     error_type = "cancelled"
+
+
+# Every kind of error this package sends, most specific first: the one table from which a client
+# that gets only the error object (Triton 2.51's generate endpoints answer 400 for any error; gRPC
+# carries only the message) reads its HTTP status back.
+ERROR_KINDS: tuple[type[OpenAIError], ...] = (NotFoundError, UnavailableError, CancelledError, BadRequestError,
+                                              InternalError)
+
+
+def status_of(error: dict) -> int:
+    """The HTTP status of an OpenAI error object as this package sends it: a kind with a code of
+    its own is known by that code, the others by their type; anything else is a 500."""
+    kind, code = error.get("type"), error.get("code")
+    for error_class in ERROR_KINDS:
+        if error_class.default_code is not None and code == error_class.default_code:
+            return error_class.status
+    for error_class in ERROR_KINDS:
+        if error_class.default_code is None and kind == error_class.error_type:
+            return error_class.status
+    return InternalError.status

@@ -12,7 +12,7 @@ disconnects closes the Triton request, which cancels it.
 
 The gateway reaches Triton over HTTP `generate_stream` by default; `--protocol grpc` uses a
 gRPC stream instead (note that cancelling gRPC streams can crash Triton 2.51 under load; see
-the README's Disconnects). Needs the `gateway` extra (FastAPI, uvicorn).
+docs/design.md, "Disconnects"). Needs the `gateway` extra (FastAPI, uvicorn).
 """
 
 from __future__ import annotations

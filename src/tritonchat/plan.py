@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from .formats import GenerationRequest
 from .errors import BadRequestError, NotFoundError
-from .protocol import INT64_MAX, INT64_MIN, ChatCompletionRequest, _GenerationFields
+from .protocol import INT64_MAX, INT64_MIN, ChatCompletionRequest, GenerationFields
 from .template import Prompt
 
 # OpenAI request fields that map one-to-one onto vLLM SamplingParams of the same name.
@@ -60,7 +60,7 @@ class ModelNames:
         raise NotFoundError(f"The model {requested!r} does not exist; this server serves {self.served!r}.")
 
 
-def max_tokens_for(request: _GenerationFields, prompt: Prompt, limits: Limits) -> int:
+def max_tokens_for(request: GenerationFields, prompt: Prompt, limits: Limits) -> int:
     """The completion budget: what was asked, else the configured default, else what fits."""
     asked = request.requested_max_tokens
     param = "max_completion_tokens" if getattr(request, "max_completion_tokens", None) is not None else "max_tokens"
@@ -90,7 +90,7 @@ def max_tokens_for(request: _GenerationFields, prompt: Prompt, limits: Limits) -
     raise BadRequestError(f"Set '{param}': this model's context length is unknown.", param=param)
 
 
-def sampling_for(request: _GenerationFields) -> dict:
+def sampling_for(request: GenerationFields) -> dict:
     sampling = {name: getattr(request, name) for name in _SAMPLING_FIELDS if getattr(request, name) is not None}
     for name, default in _FLAG_DEFAULTS.items():
         value = getattr(request, name)
@@ -103,7 +103,7 @@ def sampling_for(request: _GenerationFields) -> dict:
     return sampling
 
 
-def structured_output_for(request: _GenerationFields) -> dict | None:
+def structured_output_for(request: GenerationFields) -> dict | None:
     """`response_format`, `structured_outputs` or a `guided_*` field as a vLLM structured-output
     constraint (at most one is set: the protocol checks that)."""
     if request.structured_outputs is not None:
@@ -122,7 +122,7 @@ def structured_output_for(request: _GenerationFields) -> dict | None:
     return {"json": schema if schema is not None else {}}
 
 
-def requested_generation(request: _GenerationFields, lora_name: str | None = None) -> GenerationRequest:
+def requested_generation(request: GenerationFields, lora_name: str | None = None) -> GenerationRequest:
     """What the client asks of every generation, before the prompt and budget are known
     (enough for a request format to say what it cannot do)."""
     return GenerationRequest(
@@ -139,7 +139,7 @@ def requested_generation(request: _GenerationFields, lora_name: str | None = Non
 
 def plan_generations(
     asked: GenerationRequest,
-    request: _GenerationFields,
+    request: GenerationFields,
     prompt: Prompt,
     limits: Limits,
     structured: dict | None = None,

@@ -5,7 +5,7 @@ generation model, with no Triton in sight.
          --check_policy--> what this server refuses (config, target format, model names)
          --render--> prompt (template.py)
          --plan--> one generation per choice (plan.py, tool_choice.py)
-         --format--> target tensors per choice (formats/), decoders, response builder (response.py)
+         --format--> target tensors per choice (formats/), decoders, response builder (chunks.py)
 
 `ChatService` and `CompletionService` are built once per model instance from its settings;
 `prepare` runs per request (in a worker thread: rendering a long conversation takes a while).
@@ -18,17 +18,15 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from . import __version__
 from .errors import BadRequestError
-from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat
+from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat, TargetCall
 from .images import ImagePolicy, count_images, load_images, model_has_vision
 from .parsers import get_reasoning_parser, get_tool_parser
 from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
 from .repository import config_context_length, generation_eos_ids
-from .response import ChatResponseBuilder, CompletionResponseBuilder, ResponseBuilder
+from .chunks import ChatResponseBuilder, CompletionResponseBuilder, ResponseBuilder
 from .settings import Settings
 from .target import TargetInterface, adapt_options
 from .template import Prompt, PromptRenderer, load_tokenizer, private_names
@@ -36,13 +34,14 @@ from .tokens import TokenBytes
 from .tool_choice import plan_tools, prompt_opens_reasoning
 
 
-@dataclass
-class TargetCall:
-    """One streaming request to the generation model: one choice."""
+@dataclass(frozen=True)
+class Reading:
+    """How a service reads the generated text of one request: extra response-builder arguments,
+    and what the generation must add for it (a structured-output constraint, sampling settings)."""
 
-    inputs: dict[str, np.ndarray]
-    outputs: list[str]
-    request_id: str
+    builder_args: dict
+    structured: dict | None = None
+    sampling: dict | None = None
 
 
 @dataclass
@@ -122,9 +121,9 @@ class Service:
         prompt = self.render(request)
         if count_images(request):  # read after the cheaper checks and the template accepted them
             asked = replace(asked, images=tuple(image.data for image in load_images(request, self.image_policy)))
-        builder_args, structured, sampling = self.reading(request, prompt)
-        generations = plan_generations(asked, request, prompt, self.limits, structured, sampling)
-        if structured or sampling:  # what tool_choice and the parsers add must suit the target too
+        reading = self.reading(request, prompt)
+        generations = plan_generations(asked, request, prompt, self.limits, reading.structured, reading.sampling)
+        if reading.structured or reading.sampling:  # what tool_choice and the parsers add must suit the target too
             self.format.check(generations[0])
         builder = self.builder_class(
             completion_id=self.id_prefix + (request_id or uuid.uuid4().hex),
@@ -137,7 +136,7 @@ class Service:
             continuous_usage=request.continuous_usage,
             top_logprobs=request.top_logprobs_count,
             token_bytes=self.token_bytes,
-            **builder_args,
+            **reading.builder_args,
         )
         calls = [
             TargetCall(
@@ -226,8 +225,8 @@ class Service:
     def render(self, request) -> Prompt:
         raise NotImplementedError
 
-    def reading(self, request, prompt: Prompt) -> tuple[dict, dict | None, dict | None]:
-        """(extra response-builder arguments, structured-output constraint, extra sampling)."""
+    def reading(self, request, prompt: Prompt) -> Reading:
+        """How this request's generated text is read (tool calls, reasoning, echo)."""
         raise NotImplementedError
 
 
@@ -243,7 +242,7 @@ class ChatService(Service):
     def render(self, request: ChatCompletionRequest) -> Prompt:
         return self.renderer.render(request)
 
-    def reading(self, request: ChatCompletionRequest, prompt: Prompt):
+    def reading(self, request: ChatCompletionRequest, prompt: Prompt) -> Reading:
         plan = plan_tools(
             request,
             tool_call_parser=self.settings.tool_call_parser,
@@ -256,7 +255,7 @@ class ChatService(Service):
             "reasoning_field": self.settings.reasoning_field if request.include_reasoning is not False else "",
             "echo_text": echo_text(request),
         }
-        return builder_args, plan.structured, plan.sampling
+        return Reading(builder_args, plan.structured, plan.sampling)
 
 
 def echo_text(request: ChatCompletionRequest) -> str:
@@ -280,8 +279,8 @@ class CompletionService(Service):
     def render(self, request: CompletionRequest) -> Prompt:
         return self.renderer.plain(request.prompt)
 
-    def reading(self, request: CompletionRequest, prompt: Prompt):
-        return {"echo_text": request.prompt if request.echo else ""}, None, None
+    def reading(self, request: CompletionRequest, prompt: Prompt) -> Reading:
+        return Reading({"echo_text": request.prompt if request.echo else ""})
 
 
 def content_chars(request) -> int:

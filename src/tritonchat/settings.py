@@ -43,7 +43,7 @@ class Settings:
         "the target's tensor interface: `vllm` (Triton's vLLM backend), `trtllm` (NVIDIA's TensorRT-LLM `ensemble` / "
         "`tensorrt_llm_bls`), `tensorrt_llm` (the `tensorrt_llm` model itself, token ids) or `llmapi` (TensorRT-LLM's "
         "LLM API model); see "
-        "[TensorRT-LLM](#tensorrt-llm)",
+        "[TensorRT-LLM](backends.md#tensorrt-llm)",
         REQUEST_FORMATS,
         user=True,
     )
@@ -52,7 +52,7 @@ class Settings:
         "how the generation stream is read: `http` (a `generate_stream` request to this server's HTTP endpoint), "
         "`grpc` (a streaming call to its gRPC endpoint; needs the `grpc` extra, `tritonchat[grpc]`) or `bls` "
         "(Python-backend BLS); see "
-        "[Transports](#transports-http-grpc-and-bls)",
+        "[Transports](design.md#transports-http-grpc-and-bls)",
         TRANSPORTS,
         user=True,
     )
@@ -68,7 +68,7 @@ class Settings:
         False,
         "`transport: grpc`: cancel a call no longer wanted (client gone, stop string, error) instead of reading it to "
         "its end; cancelling crashes Triton 2.51 under load (see "
-        "[Disconnects](#disconnects-and-the-grpc-cancellation-race)): only on a release that passes `tools/storm.py`",
+        "[Disconnects](design.md#disconnects-and-the-grpc-cancellation-race)): only on a release that passes `tools/storm.py`",
     )
     grpc_max_draining: int = setting(
         64,
@@ -156,7 +156,7 @@ class Settings:
         1,
         "streamed chunks carry at least this many tokens, except the first and the last (vLLM's `--stream-interval`, "
         "applied here for every request format; a request's `stream_interval` may raise it): fewer, larger chunks "
-        "cost less per token (see [Coalescing](#coalescing-stream_interval))",
+        "cost less per token (see [Coalescing](benchmarks.md#coalescing-stream_interval))",
     )
     max_open_requests: int = setting(
         256,
@@ -176,7 +176,7 @@ class Settings:
     max_logit_bias: int = setting(300, "most `logit_bias` entries")
     image_inputs: str = setting(
         "auto",
-        "whether user messages may carry images (`image_url` parts, see [Images](#images)): `auto`: unless the "
+        "whether user messages may carry images (`image_url` parts, see [Images](api.md#images)): `auto`: unless the "
         "model's config.json (in the `tokenizer` directory) has no vision part (`vision_config`, `vision_tower`, "
         "...); `true`: always (the generation model decides); `false`: never",
         ("auto", "true", "false"),
@@ -193,9 +193,9 @@ class Settings:
         False,
         "also send a plain `text_output` output with each response: its new text (the choices' content, or "
         "`text`, in order; empty for role-only and usage chunks), for benchmark tools that read text "
-        "(see [Benchmark](#benchmark))",
+        "(see [Benchmark](benchmarks.md#standard-tools-aiperf))",
     )
-    metrics: bool = setting(True, "report `tritonchat_*` metrics on Triton's metrics endpoint (see [Metrics](#metrics))")
+    metrics: bool = setting(True, "report `tritonchat_*` metrics on Triton's metrics endpoint (see [Metrics](deployment.md#metrics))")
     idle_timeout_s: float = setting(
         600.0, "a generation model silent this long ends the request with a 503 error (0: never)"
     )

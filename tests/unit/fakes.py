@@ -14,7 +14,7 @@ from tritonchat.errors import OpenAIError
 
 
 class FakeSink:
-    """A `Sink` that records what the responder sends and fails on anything after FINAL."""
+    """A `Sink` that records what the sender sends and fails on anything after FINAL."""
 
     def __init__(self, send_delay: float = 0.0, cancel_after_sends: int | None = None):
         self.sent: list[tuple[str, bool]] = []

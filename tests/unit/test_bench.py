@@ -156,8 +156,8 @@ def test_report_has_ratio_rows_and_targets(tmp_path):
 
 def test_profile_stages_come_from_the_innermost_matching_rule():
     collapsed = (
-        "_run (threading.py:1);_handle (tritonchat/responder.py:2);send (tritonchat/triton/sink.py:3) 6\n"
-        "_run (threading.py:1);_handle (tritonchat/responder.py:2);stream_output (tritonchat/response.py:4) 2\n"
+        "_run (threading.py:1);_handle (tritonchat/sender.py:2);send (tritonchat/triton/sink.py:3) 6\n"
+        "_run (threading.py:1);_handle (tritonchat/sender.py:2);stream_output (tritonchat/chunks.py:4) 2\n"
         "run_forever (asyncio/base_events.py:5);__aiter__ (tritonchat/transports/http.py:6) 1\n"
         "run_forever (asyncio/base_events.py:5);pump (tritonchat/transports/base.py:7);"
         "decode (tritonchat/formats/vllm.py:8) 1\n"

@@ -12,7 +12,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from tritonchat.errors import BadRequestError
 from tritonchat.formats import GenerationOutput
 from tritonchat.protocol import parse_chat_request, parse_completion_request
-from tritonchat.response import ChatResponseBuilder
+from tritonchat.chunks import ChatResponseBuilder
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tritonchat import errors
 from tritonchat.errors import BadRequestError
 from tritonchat.protocol import parse_chat_request, parse_completion_request
 
@@ -134,3 +135,14 @@ def test_completion_rules(fields, param):
     with pytest.raises(BadRequestError) as info:
         parse_completion_request(json.dumps(fields))
     assert info.value.param == param
+
+
+@pytest.mark.parametrize("error", [
+    errors.BadRequestError("bad", param="messages"), errors.NotFoundError("no such model"),
+    errors.UnavailableError("busy"), errors.InternalError("broke"), errors.CancelledError("gone")])
+def test_an_error_objects_status_reads_back_from_the_one_table(error):
+    assert errors.status_of(error.to_dict()["error"]) == error.status
+
+
+def test_an_unknown_error_object_reads_as_500():
+    assert errors.status_of({"type": "weird", "code": None}) == 500

@@ -7,7 +7,7 @@ import json
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tritonchat.formats import GenerationOutput
-from tritonchat.response import ChatResponseBuilder, openai_finish_reason
+from tritonchat.chunks import ChatResponseBuilder, openai_finish_reason
 
 
 def make(**kw) -> ChatResponseBuilder:
@@ -79,7 +79,7 @@ from openai.types import Completion  # noqa: E402
 
 from tritonchat.formats import TokenLogprob  # noqa: E402
 from tritonchat.formats.vllm import parse_logprobs  # noqa: E402
-from tritonchat.response import CompletionResponseBuilder  # noqa: E402
+from tritonchat.chunks import CompletionResponseBuilder  # noqa: E402
 
 
 def test_parse_vllm_logprobs_first_entry_is_the_sampled_token():

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from tests.unit.fakes import FakeSink
-from tests.unit.test_responder import builder
+from tests.unit.test_sender import builder
 from tritonchat.errors import BadRequestError, CancelledError, InternalError, NotFoundError, UnavailableError
 from tritonchat.formats import Decoder, GenerationOutput
-from tritonchat.responder import RequestState, Responder
-from tritonchat.transports.base import error_for, pump
+from tritonchat.sender import RequestState, Sender
+from tritonchat.sender import pump
+from tritonchat.transports.base import error_for
 from tritonchat.transports.grpc import decode_tensor, encode_tensor
 
 
@@ -106,13 +107,13 @@ class TextDecoder(Decoder):
 
 def run_pump(stream, decoder, stream_mode=True, cancel_after: int | None = None):
     sink = FakeSink(cancel_after_sends=cancel_after)
-    responder = Responder(cancel_check_interval=0.01)
+    sender = Sender(cancel_check_interval=0.01)
     state = RequestState(builder(), sink, stream=stream_mode)
     state.add_cancel_hook(stream.cancel_hook())
-    responder.start(state)
-    asyncio.run(pump(responder, state, 0, stream, decoder))
+    sender.start(state)
+    asyncio.run(pump(sender, state, 0, stream, decoder))
     assert sink.done.wait(5)
-    responder.stop()
+    sender.stop()
     return sink
 
 
@@ -139,7 +140,7 @@ def test_an_error_mid_stream_fails_the_request_and_abandons_the_stream():
 
 
 def test_a_request_that_ended_abandons_its_stream():
-    """The client went away: the responder ends the request (its cancel hook abandons the
+    """The client went away: the sender ends the request (its cancel hook abandons the
     stream), and the reading loop stops at the next response."""
     stream = FakeStream(["a"] * 50, delay=0.01)
     sink = run_pump(stream, TextDecoder(), cancel_after=2)

@@ -252,8 +252,8 @@ def test_finalize_stops_the_threads_it_started(stub_factory):
     before = set(threading.enumerate())
     stub = stub_factory(hello)
     stub.execute(fakes.Request(chat()))
-    started = [t for t in set(threading.enumerate()) - before if t.name.startswith(("chat-responder", "chat-loop"))]
-    assert {t.name.split("-")[1] for t in started} == {"responder", "loop"}
+    started = [t for t in set(threading.enumerate()) - before if t.name.startswith(("chat-sender", "chat-loop"))]
+    assert {t.name.split("-")[1] for t in started} == {"sender", "loop"}
     stub.close()
     for thread in started:
         thread.join(2)

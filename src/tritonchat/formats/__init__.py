@@ -1,6 +1,6 @@
 """Request formats of the generation models `openai_chat` can call."""
 
-from .base import Decoder, FormatOptions, GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
+from .base import Decoder, FormatOptions, GenerationOutput, GenerationRequest, RequestFormat, TargetCall, TokenLogprob
 from .llmapi import LlmApiFormat
 from .tensorrt_llm import TensorRtLlmFormat, EnsembleFormat
 from .vllm import VllmFormat
@@ -20,6 +20,7 @@ __all__ = [
     "GenerationRequest",
     "LlmApiFormat",
     "RequestFormat",
+    "TargetCall",
     "TensorRtLlmFormat",
     "TokenLogprob",
     "EnsembleFormat",

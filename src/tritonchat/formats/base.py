@@ -30,6 +30,16 @@ class GenerationRequest:
 
 
 @dataclass
+class TargetCall:
+    """One streaming request to the generation model (one choice): its input tensors by name,
+    the outputs to ask for, and the request id to send."""
+
+    inputs: dict[str, np.ndarray]
+    outputs: list[str]
+    request_id: str
+
+
+@dataclass
 class TokenLogprob:
     """One generated token and its log probability, with the most likely alternatives."""
 

@@ -45,7 +45,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "add_generation_prompt", "continue_final_message", "tokenize", "chat_template")
 
 
-class _GenerationFields(_Strict):
+class GenerationFields(_Strict):
     """Fields chat completions and completions share."""
 
     model: str | None = None
@@ -158,7 +158,7 @@ class _GenerationFields(_Strict):
         return bool(self.stream_options and self.stream_options.continuous_usage_stats)
 
 
-class ChatCompletionRequest(_GenerationFields):
+class ChatCompletionRequest(GenerationFields):
     """Every field of OpenAI's Chat Completions request, plus the usual vLLM extras."""
 
     messages: Annotated[list[Message], Field(min_length=1)]
@@ -238,7 +238,7 @@ class ChatCompletionRequest(_GenerationFields):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
-class CompletionRequest(_GenerationFields):
+class CompletionRequest(GenerationFields):
     """OpenAI's (legacy) Completions request."""
 
     prompt: str | list[Any]
@@ -266,7 +266,7 @@ class CompletionRequest(_GenerationFields):
         return self.logprobs
 
 
-def parse_request(body: str | bytes, model: type[_GenerationFields], known: dict | None = None):
+def parse_request(body: str | bytes, model: type[GenerationFields], known: dict | None = None):
     """Parse and validate a JSON request body, or raise `BadRequestError` naming the field."""
     try:
         data = json.loads(body)

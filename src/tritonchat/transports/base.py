@@ -1,5 +1,6 @@
-"""How `openai_chat` reads its generation model: one interface for every transport, one
-reading loop (`pump`) and one mapping of the generation model's errors (`error_for`).
+"""How `openai_chat` reads its generation model: one interface for every transport, a registry of
+the transports by name, and one mapping of the generation model's errors (`error_for`). The
+reading loop that hands a stream's outputs to the sender is `sender.pump`.
 
 A transport opens one `TargetStream` per choice. The stream yields each response's output
 tensors by name; `abandon` gives it up (cancelled where that is safe, else read to its end
@@ -8,18 +9,13 @@ and discarded), and `released` waits until it holds nothing any more.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import BadRequestError, CancelledError, InternalError, NotFoundError, OpenAIError, UnavailableError
-from ..formats import Decoder
-from ..responder import RequestState, Responder
-from ..service import TargetCall
-
-log = logging.getLogger(__name__)
+from ..formats import TargetCall
 
 Outputs = dict[str, np.ndarray]
 
@@ -34,7 +30,7 @@ class TargetStream(Protocol):
         """After `abandon`: returns once the stream is closed (drained or cancelled)."""
 
     def cancel_hook(self) -> Callable[[], None]:
-        """`abandon` for the responder thread (the client went away, another choice failed)."""
+        """`abandon` for the sender thread (the client went away, another choice failed)."""
 
 
 class Transport(Protocol):
@@ -43,32 +39,25 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
-async def pump(responder: Responder, state: RequestState, index: int, stream: TargetStream, decoder: Decoder) -> None:
-    """Coroutine: one choice's stream, decoded and handed to the responder response by response."""
-    ended = False  # whether the stream itself ended (else it is abandoned)
+# name -> factory(settings) of a Transport; `transport` settings choose one by name.
+TRANSPORTS: dict[str, Callable[[Any], Transport]] = {}
+
+
+def register_transport(name: str):
+    """Class or function decorator: `factory(settings)` makes the transport called `name`."""
+    def register(factory):
+        TRANSPORTS[name] = factory
+        return factory
+    return register
+
+
+def make_transport(settings) -> Transport:
+    """The transport `settings.transport` names (its module must have been imported)."""
     try:
-        async for outputs in stream:
-            if state.done:
-                break
-            if outputs:
-                responder.output(state, index, decoder.decode(outputs))
-            if decoder.finished:
-                break
-        else:
-            ended = True
-        if not state.done:
-            rest = decoder.end()
-            if rest is not None:
-                responder.output(state, index, rest)
-            responder.end(state, index)
-    except OpenAIError as error:
-        responder.fail(state, error)
-    except Exception as exc:  # noqa: BLE001  (every failure must end the request)
-        log.exception("%s: stream %d failed", state.name, index)
-        responder.fail(state, InternalError(f"The generation stream failed: {exc}"))
-    if not ended:
-        stream.abandon()
-        await stream.released()
+        factory = TRANSPORTS[settings.transport]
+    except KeyError:
+        raise ValueError(f"unknown transport {settings.transport!r}; known: {', '.join(sorted(TRANSPORTS))}") from None
+    return factory(settings)
 
 
 def error_for(code: str | None, message: str) -> OpenAIError:

@@ -30,8 +30,8 @@ from collections.abc import AsyncIterator, Callable
 import numpy as np
 
 from ..errors import CancelledError
-from ..service import TargetCall
-from .base import Outputs, error_for
+from ..formats import TargetCall
+from .base import Outputs, error_for, register_transport
 
 log = logging.getLogger(__name__)
 
@@ -269,3 +269,9 @@ class GrpcStream:
     def cancel_hook(self) -> Callable[[], None]:
         loop = asyncio.get_running_loop()
         return lambda: loop.call_soon_threadsafe(self.abandon)
+
+
+@register_transport("grpc")
+def grpc_transport(settings) -> GrpcTransport:
+    return GrpcTransport(settings.grpc_url, settings.target_model, settings.target_model_version, settings.grpc_cancel,
+                         settings.idle_timeout_s, settings.loopback_header_map, settings.grpc_max_draining)

@@ -5,7 +5,7 @@ runs in (`http_url`), read from the event loop. Inputs travel as the generate ex
 (a scalar for one element, else a flat array the server shapes by the model's dims); outputs
 come back as JSON per server-sent event. Closing the connection cancels the request in Triton
 (its HTTP frontend calls `TRITONSERVER_InferenceRequestCancel`), which, unlike cancelling a
-gRPC stream, survives any number of disconnects (see README, "Disconnects"); so a generation
+gRPC stream, survives any number of disconnects (see docs/design.md, "Disconnects"); so a generation
 no longer wanted is always stopped. Receiving costs less CPU per response than gRPC here.
 """
 
@@ -19,8 +19,9 @@ from collections.abc import AsyncIterator, Callable
 import numpy as np
 
 from ..errors import UnavailableError
-from ..service import TargetCall
-from .base import Outputs, error_for
+from ..formats import TargetCall
+from ..sse import EventReader
+from .base import Outputs, error_for, register_transport
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +109,10 @@ class HttpStream:
                 self._response = response
                 if response.status != 200 or response.content_type == "application/json":
                     raise self._error(response.status, await response.text())
-                buffer = b""
+                reader = EventReader()
                 async for chunk in response.content.iter_any():
-                    buffer += chunk
-                    *events, buffer = buffer.split(b"\n\n")
-                    for event in events:
-                        if event.startswith(b"data: "):
-                            yield event_outputs(json.loads(event[6:]), self.outputs)
+                    for payload in reader.feed(chunk):
+                        yield event_outputs(json.loads(payload), self.outputs)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             if self._abandoned:
                 return
@@ -144,3 +142,9 @@ class HttpStream:
     def cancel_hook(self) -> Callable[[], None]:
         loop = asyncio.get_running_loop()
         return lambda: loop.call_soon_threadsafe(self.abandon)
+
+
+@register_transport("http")
+def http_transport(settings) -> HttpTransport:
+    return HttpTransport(settings.http_url, settings.target_model, settings.target_model_version,
+                         settings.loopback_header_map)

@@ -1,7 +1,7 @@
 """`transport: bls`: the generation model called with BLS `async_exec(decoupled=True)`.
 
 A stream's `ResponseIterator` blocks on `next()`, so a thread reads it and hands each
-response to the event loop. Three rules keep the Python backend's stub alive (see README,
+response to the event loop. Three rules keep the Python backend's stub alive (see docs/design.md,
 "Transports" and "Known limits", and docs/upstream/):
 - one BLS stream at a time per model instance: the stub deadlocks when one thread waits in
   `next()` while another starts or drops a stream (a lock cycle between the GIL, the stub's
@@ -21,8 +21,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import InternalError
-from ..service import TargetCall
-from ..transports.base import error_for
+from ..formats import TargetCall
+from ..transports.base import error_for, register_transport
 from .sink import pb
 
 log = logging.getLogger(__name__)
@@ -203,3 +203,8 @@ class _RetiredIterators:
 
 
 _retired = _RetiredIterators()
+
+
+@register_transport("bls")
+def bls_transport(settings) -> BlsTransport:
+    return BlsTransport(settings.target_model, settings.target_model_version, settings.idle_timeout_s)

@@ -12,7 +12,7 @@ SIGABRT) within seconds at 16 concurrent streams.
 from __future__ import annotations
 
 from ..errors import OpenAIError
-from ..responder import RequestState
+from ..sender import RequestState
 from .sink import pb
 
 LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
@@ -20,7 +20,7 @@ TOKEN_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 
 class TritonMetrics:
-    """The metrics of one model (label `model`); also the responder's `Observer`."""
+    """The metrics of one model (label `model`); also the sender's `Observer`."""
 
     def __init__(self, model: str, loop):
         self.loop = loop  # every update runs there
@@ -61,7 +61,7 @@ class TritonMetrics:
         self._count("cancelled" if error.status == 499 else "error", error.code or error.error_type)
 
     def request_finished(self, state: RequestState, outcome: str, error: OpenAIError | None) -> None:
-        """The responder's `Observer` (a responder thread): recorded on the event loop."""
+        """The sender's `Observer` (a sender thread): recorded on the event loop."""
         self.loop.call_soon_threadsafe(self._record_finished, state, outcome, error)
 
     def _record_finished(self, state: RequestState, outcome: str, error: OpenAIError | None) -> None:

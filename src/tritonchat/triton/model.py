@@ -2,7 +2,7 @@
 
     execute(requests) --> one task per request on this instance's event loop:
         body (sink.request_body) --service.prepare (worker thread)--> PreparedRequest
-        --transport.open--> one stream per choice --pump--> Responder (builds, sends, cancels)
+        --transport.open--> one stream per choice --pump--> Sender (builds, sends, cancels)
 
 `execute` only schedules that work and returns, so one instance serves many streams at once.
 It is a plain function and the event loop is this model's own, on its own thread (as in
@@ -24,14 +24,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import InternalError, OpenAIError, UnavailableError
-from ..responder import RequestState, Responder
-from ..target import fetch_interface
+from ..sender import RequestState, Sender, pump
 from ..service import ChatService, CompletionService, Service
 from ..settings import Settings, flatten_parameters
-from ..transports.base import Transport, pump
-from ..transports.grpc import GrpcTransport
-from ..transports.http import HttpTransport
-from .bls import BlsTransport
+from ..target import fetch_interface
+from ..transports import Transport, make_transport
+from . import bls  # noqa: F401  (registers the BLS transport)
 from .metrics import TritonMetrics
 from .sink import INPUT_NAME, OUTPUT_NAME, TEXT_OUTPUT_NAME, TritonSink, pb, request_body
 
@@ -76,7 +74,7 @@ class OpenAIModel:
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-prepare")
         self.loop = asyncio.new_event_loop()
         self.metrics = TritonMetrics(self.model_name, self.loop) if settings.metrics else None
-        self.responder = Responder(
+        self.sender = Sender(
             settings.cancel_check_interval_ms / 1000.0,
             settings.idle_timeout_s,
             lanes=settings.responder_threads,
@@ -86,16 +84,7 @@ class OpenAIModel:
         self.text_output = settings.text_output
         self._open = 0  # requests between execute and their FINAL response
         self._open_lock = threading.Lock()
-        self.transport: Transport
-        if settings.transport == "http":
-            self.transport = HttpTransport(settings.http_url, settings.target_model, settings.target_model_version,
-                                           settings.loopback_header_map)
-        elif settings.transport == "grpc":
-            self.transport = GrpcTransport(settings.grpc_url, settings.target_model, settings.target_model_version,
-                                           settings.grpc_cancel, settings.idle_timeout_s, settings.loopback_header_map,
-                                           settings.grpc_max_draining)
-        else:
-            self.transport = BlsTransport(settings.target_model, settings.target_model_version, settings.idle_timeout_s)
+        self.transport: Transport = make_transport(settings)
         self._target_url = settings.http_url
         self._target_known = False
         self._target_asked = -TARGET_RETRY_S
@@ -151,7 +140,7 @@ class OpenAIModel:
             self._fail(sink, InternalError(f"Internal error: {exc}"))
 
     def _fail(self, sink: TritonSink, error: OpenAIError) -> None:
-        """A request that ends before the responder took it (refused, or failed to start)."""
+        """A request that ends before the sender took it (refused, or failed to start)."""
         if sink.closed:
             return
         if self.metrics is not None:
@@ -210,12 +199,12 @@ class OpenAIModel:
             self.metrics.request_started()
         for stream in opened:
             state.add_cancel_hook(stream.cancel_hook())
-        self.responder.start(state)
+        self.sender.start(state)
         for index, (stream, decoder) in enumerate(zip(opened, prepared.decoders)):
-            self._spawn(pump(self.responder, state, index, stream, decoder))
+            self._spawn(pump(self.sender, state, index, stream, decoder))
 
     def finalize(self) -> None:
-        self.responder.stop()
+        self.sender.stop()
         if self.loop.is_running():
             try:
                 asyncio.run_coroutine_threadsafe(self.transport.close(), self.loop).result(timeout=5)
@@ -224,7 +213,7 @@ class OpenAIModel:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._loop_thread.join(timeout=5)
         self.pool.shutdown(wait=False, cancel_futures=True)
-        log.info("%s finalized (%d requests still open)", self.model_name, self.responder.open_requests)
+        log.info("%s finalized (%d requests still open)", self.model_name, self.sender.open_requests)
 
 
 class OpenAIChatModel(OpenAIModel):

@@ -1,8 +1,9 @@
-"""Turns generation outputs into OpenAI payloads and sends them, on one thread per model instance.
+"""Turns generation outputs into OpenAI payloads and sends them, on a few sending threads
+("lanes", `responder_threads`) per model instance; each request stays on one lane.
 
-Producers (one per choice: a BLS reader thread, or a gRPC reader coroutine on the event
-loop) only parse each generation response and hand it over with `output`, `end` or
-`fail`. The `Responder` thread does everything else, in order, for every open request:
+Producers (one per choice: the `pump` coroutine on the event loop, whatever the transport)
+only parse each generation response and hand it over with `output`, `end` or `fail`. The
+request's lane does everything else, in order, for each of its open requests:
 builds chunks, sends them (`send()` is a blocking call), checks whether clients went
 away, abandons requests whose generation model went silent, and sends each request's
 single final response. Outputs that pile up while a send is in progress are merged
@@ -10,7 +11,7 @@ into one chunk, so a busy instance sends fewer, larger chunks instead of falling
 With a stream interval N > 1 (vLLM's `stream_interval`) a choice's outputs are also held
 back until they add up to N tokens: its first output goes out at once, and what is held goes
 out before the choice ends or fails, so the text a client assembles is the same.
-Because only this thread sends, asks `is_cancelled()` and finishes requests, no request
+Because only its lane sends, asks `is_cancelled()` and finishes a request, no request
 can be asked about cancellation after its final response (which would touch freed memory
 in Triton).
 """
@@ -24,9 +25,10 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from .formats import GenerationOutput
 from .errors import CancelledError, InternalError, OpenAIError, UnavailableError
-from .response import ChatResponseBuilder
+from .formats import Decoder, GenerationOutput
+from .chunks import ChatResponseBuilder
+from .transports.base import TargetStream
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +44,13 @@ class Sink(Protocol):
 
 
 class Observer(Protocol):
-    """Told when a request ends (metrics); called on a responder thread."""
+    """Told when a request ends (metrics); called on a sender thread."""
 
     def request_finished(self, state: RequestState, outcome: str, error: OpenAIError | None) -> None: ...
 
 
 class RequestState:
-    """One request as the responder sees it. Only the responder thread changes it."""
+    """One request as the sender sees it. Only the sender thread changes it."""
 
     def __init__(
         self,
@@ -76,7 +78,7 @@ class RequestState:
         self.done = False  # read by producers to stop early
         self.outcome: str | None = None  # "completed", "cancelled", "error"
         self.cancel_hooks: list[Callable[[], None]] = []
-        self.lane = None  # set by Responder.start
+        self.lane = None  # set by Sender.start
         self.last_activity = 0.0
         self.last_cancel_check = 0.0
         # When the request arrived, and when its first and latest generated output went out
@@ -97,7 +99,7 @@ def _token_count(output: GenerationOutput) -> int:
     return output.completion_tokens or (1 if output.text else 0)
 
 
-class Responder:
+class Sender:
     """The sending threads ("lanes") of one model instance; each request stays on one lane."""
 
     def __init__(
@@ -149,14 +151,14 @@ class _Lane:
         self.put = self._events.put
         self.open: dict[int, RequestState] = {}
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, daemon=True, name=f"chat-responder-{number}")
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"chat-sender-{number}")
         self._thread.start()
 
     def stop(self) -> None:
         self._stopped = True
         self._events.put(None)
 
-    # ---- the responder thread --------------------------------------------------------------
+    # ---- the sender thread --------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopped:
             try:
@@ -175,7 +177,7 @@ class _Lane:
                 self._handle(batch)
                 self._check_open_requests()
             except Exception:  # noqa: BLE001  (this thread must survive anything)
-                log.exception("responder failed on a batch")
+                log.exception("sender failed on a batch")
 
     def _poll_interval(self) -> float:
         interval = self.cancel_check_interval
@@ -328,3 +330,31 @@ class _Lane:
                     f"The generation model sent nothing for {self.idle_timeout:g} s; the request was abandoned."
                 )
                 self._finish_with_error(state, error, "error")
+
+
+async def pump(sender: Sender, state: RequestState, index: int, stream: TargetStream, decoder: Decoder) -> None:
+    """Coroutine: one choice's stream, decoded and handed to the sender response by response."""
+    ended = False  # whether the stream itself ended (else it is abandoned)
+    try:
+        async for outputs in stream:
+            if state.done:
+                break
+            if outputs:
+                sender.output(state, index, decoder.decode(outputs))
+            if decoder.finished:
+                break
+        else:
+            ended = True
+        if not state.done:
+            rest = decoder.end()
+            if rest is not None:
+                sender.output(state, index, rest)
+            sender.end(state, index)
+    except OpenAIError as error:
+        sender.fail(state, error)
+    except Exception as exc:  # noqa: BLE001  (every failure must end the request)
+        log.exception("%s: stream %d failed", state.name, index)
+        sender.fail(state, InternalError(f"The generation stream failed: {exc}"))
+    if not ended:
+        stream.abandon()
+        await stream.released()

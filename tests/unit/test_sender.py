@@ -1,4 +1,4 @@
-"""Responder: building and sending, merging, cancellation, timeouts, exactly one FINAL."""
+"""Sender: building and sending, merging, cancellation, timeouts, exactly one FINAL."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import time
 
 from tritonchat.formats import GenerationOutput
 from tritonchat.errors import CancelledError, InternalError, OpenAIError, UnavailableError
-from tritonchat.responder import RequestState, Responder
-from tritonchat.response import ChatResponseBuilder
+from tritonchat.sender import RequestState, Sender
+from tritonchat.chunks import ChatResponseBuilder
 
 from tests.unit.fakes import FakeSink
 
 
 class FakeGeneration:
-    """A producer thread feeding the responder, like a BLS reader."""
+    """A producer thread feeding the sender, like a BLS reader."""
 
     def __init__(self, outputs, delay: float = 0.0, fail_with: OpenAIError | None = None, block: bool = False):
         self.outputs = outputs
@@ -23,23 +23,23 @@ class FakeGeneration:
         self.block = block
         self.cancelled = threading.Event()
 
-    def start(self, responder: Responder, state: RequestState, index: int) -> None:
+    def start(self, sender: Sender, state: RequestState, index: int) -> None:
         state.add_cancel_hook(self.cancelled.set)
-        threading.Thread(target=self._run, args=(responder, state, index), daemon=True).start()
+        threading.Thread(target=self._run, args=(sender, state, index), daemon=True).start()
 
-    def _run(self, responder, state, index):
+    def _run(self, sender, state, index):
         for output in self.outputs:
             if self.cancelled.is_set() or state.done:
                 return
             time.sleep(self.delay)
-            responder.output(state, index, output)
+            sender.output(state, index, output)
         if self.fail_with:
-            responder.fail(state, self.fail_with)
+            sender.fail(state, self.fail_with)
             return
         if self.block:
             self.cancelled.wait(10)
             return
-        responder.end(state, index)
+        sender.end(state, index)
 
 
 def outputs(*texts, reason="stop"):
@@ -53,15 +53,15 @@ def builder(**kw) -> ChatResponseBuilder:
     return ChatResponseBuilder(completion_id="chatcmpl-t", created=1, model="m", system_fingerprint="fp", **kw)
 
 
-def run(generations, sink: FakeSink, *, stream=True, responder: Responder | None = None, timeout=10, **state_kw):
-    responder = responder or Responder(cancel_check_interval=0.05)
+def run(generations, sink: FakeSink, *, stream=True, sender: Sender | None = None, timeout=10, **state_kw):
+    sender = sender or Sender(cancel_check_interval=0.05)
     state = RequestState(builder(choices=len(generations)), sink, stream=stream, choices=len(generations), **state_kw)
-    responder.start(state)
+    sender.start(state)
     for index, generation in enumerate(generations):
-        generation.start(responder, state, index)
-    assert sink.done.wait(timeout), "the responder never sent FINAL"
+        generation.start(sender, state, index)
+    assert sink.done.wait(timeout), "the sender never sent FINAL"
     assert state.done
-    responder.stop()
+    sender.stop()
     return state
 
 
@@ -120,7 +120,7 @@ def test_generation_error_mid_stream_ends_with_that_error():
 def test_client_cancellation_stops_generation_and_sends_final():
     sink = FakeSink(cancel_after_sends=3)
     generation = FakeGeneration(outputs(*["x"] * 1000), delay=0.005)
-    state = run([generation], sink, responder=Responder(cancel_check_interval=0.01))
+    state = run([generation], sink, sender=Sender(cancel_check_interval=0.01))
     assert state.outcome == "cancelled"
     assert isinstance(sink.errors[0], CancelledError)
     assert generation.cancelled.is_set()
@@ -134,7 +134,7 @@ def test_cancellation_while_waiting_for_the_generation_model():
 
     sink = CancelledSink()
     generation = FakeGeneration(outputs("a", reason=None), block=True)
-    state = run([generation], sink, responder=Responder(cancel_check_interval=0.02))
+    state = run([generation], sink, sender=Sender(cancel_check_interval=0.02))
     assert state.outcome == "cancelled" and isinstance(sink.errors[0], CancelledError)
     assert generation.cancelled.is_set()
 
@@ -146,22 +146,22 @@ def test_no_cancellation_check_after_final():
             return False
 
     sink = StrictSink()
-    responder = Responder(cancel_check_interval=0.0)
+    sender = Sender(cancel_check_interval=0.0)
     for _ in range(20):
         sink = StrictSink()
         state = RequestState(builder(), sink, stream=True)
-        responder.start(state)
-        FakeGeneration(outputs("a", "b")).start(responder, state, 0)
+        sender.start(state)
+        FakeGeneration(outputs("a", "b")).start(sender, state, 0)
         assert sink.done.wait(5)
     time.sleep(0.05)
-    responder.stop()
+    sender.stop()
 
 
 def test_silent_generation_times_out():
     sink = FakeSink()
     generation = FakeGeneration(outputs("a", reason=None), block=True)
     started = time.monotonic()
-    run([generation], sink, responder=Responder(cancel_check_interval=0.02, idle_timeout=0.3))
+    run([generation], sink, sender=Sender(cancel_check_interval=0.02, idle_timeout=0.3))
     assert 0.25 < time.monotonic() - started < 3
     assert isinstance(sink.errors[0], UnavailableError)
     assert generation.cancelled.is_set()
@@ -183,15 +183,15 @@ def test_empty_generation_still_has_role_and_finish_chunks():
 
 def test_usage_chunk_is_final_when_requested():
     sink = FakeSink()
-    responder = Responder()
+    sender = Sender()
     state = RequestState(builder(include_usage=True), sink, stream=True)
-    responder.start(state)
-    FakeGeneration(outputs("a", "b")).start(responder, state, 0)
+    sender.start(state)
+    FakeGeneration(outputs("a", "b")).start(sender, state, 0)
     assert sink.done.wait(5)
     last = sink.payloads[-1]
     assert last["choices"] == [] and last["usage"]["completion_tokens"] == 2
     assert sink.sent[-1][1] is True
-    responder.stop()
+    sender.stop()
 
 
 def test_failure_while_sending_still_ends_the_request():
