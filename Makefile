@@ -22,12 +22,12 @@ $(ENV_STAMP): requirements-local.txt requirements-triton.txt pyproject.toml tool
 	tools/setup_venv.sh $(VENV) $(PYTHON)
 	rm -f $(VENV)/.ready-* && touch $@
 
-$(TINY_MODEL)/.complete: $(ENV_STAMP) tools/make_tiny_model.py tools/tiny_model_corpus.txt
-	$(PY) tools/make_tiny_model.py --out $(TINY_MODEL)
+$(TINY_MODEL)/.complete: $(ENV_STAMP) harness/tiny_model.py harness/tiny_model_corpus.txt
+	$(PY) harness/tiny_model.py --out $(TINY_MODEL)
 	touch $@
 
-$(O200K): $(ENV_STAMP) tools/make_o200k_vocab.py
-	$(PY) tools/make_o200k_vocab.py --out $(@D)
+$(O200K): $(ENV_STAMP) harness/o200k.py
+	$(PY) harness/o200k.py --out $(@D)
 
 serve: setup
 	$(PY) tools/serve.py $(if $(MODEL),--model $(MODEL)) $(if $(SERVED_MODEL_NAME),--served-model-name $(SERVED_MODEL_NAME))
@@ -35,7 +35,7 @@ serve: setup
 # The OpenAI-compatible gateway on port 9000, in front of the server `make serve` runs.
 GATEWAY_ARGS ?=
 gateway: setup
-	$(PY) -m tritonchat.gateway --port 9000 $(GATEWAY_ARGS)
+	$(PY) -m tritonchat.clients.gateway --port 9000 $(GATEWAY_ARGS)
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

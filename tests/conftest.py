@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.repositories import ROOT
+from harness.repositories import ROOT
 
 TINY_MODEL = ROOT / "build" / "tiny-chat"
 
@@ -17,7 +17,7 @@ TINY_MODEL = ROOT / "build" / "tiny-chat"
 @pytest.fixture(scope="session")
 def tiny_model() -> Path:
     if not (TINY_MODEL / ".complete").exists():
-        subprocess.run([sys.executable, str(ROOT / "tools" / "make_tiny_model.py"), "--out", str(TINY_MODEL)], check=True)
+        subprocess.run([sys.executable, str(ROOT / "harness" / "tiny_model.py"), "--out", str(TINY_MODEL)], check=True)
     return TINY_MODEL
 
 
@@ -32,7 +32,7 @@ def tokenizer(tiny_model):
 def harmony_vocab():
     """The o200k vocabulary openai_harmony reads (gpt-oss parsers), made offline from
     quicktok-v1's ranks, with TIKTOKEN_ENCODINGS_BASE pointing at it (as `make setup` does)."""
-    from tools import make_o200k_vocab  # noqa: PLC0415
+    from harness import o200k as make_o200k_vocab  # noqa: PLC0415
 
     target = make_o200k_vocab.make(ROOT / "build" / "o200k")
     with pytest.MonkeyPatch.context() as patch:

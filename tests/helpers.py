@@ -8,7 +8,7 @@ from pathlib import Path
 
 import requests
 
-from tools.repositories import ROOT  # noqa: F401  (tests find the project from here)
+from harness.repositories import ROOT  # noqa: F401  (tests find the project from here)
 
 
 def user(content, **fields) -> dict:

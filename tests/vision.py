@@ -12,8 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from tools.repositories import tokenizer_with_template
-from tools.tritonlocal import free_port
+from harness.repositories import tokenizer_with_template
+from harness.server import free_port
 
 # Where test_images.py serves images over HTTP; the vision chat model's allow-list names it.
 IMAGE_SERVER_PORT = free_port()

@@ -19,11 +19,9 @@ is printed and written to <artifacts>/summary.json.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,32 +33,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from tools.serve import TINY_MODEL, cpu_engine_args  # noqa: E402
-from tools.tritonlocal import TritonServer, free_port  # noqa: E402
+from harness.aiperf import aiperf  # noqa: E402
+from harness.serve import TINY_MODEL, cpu_engine_args  # noqa: E402
+from harness.server import TritonServer, free_port  # noqa: E402
 from tritonchat.repository import prepare_repository  # noqa: E402
 
-VENV = ROOT / "build" / "aiperf-venv"
-REQUIREMENTS = ROOT / "requirements-aiperf.txt"
 TEMPLATE = ROOT / "tools" / "aiperf_generate.jinja"
 SERVED = "tiny-chat"
 
 
 def log(message: str) -> None:
     print(f"[bench-aiperf] {message}", file=sys.stderr, flush=True)
-
-
-def aiperf() -> Path:
-    """AIPerf in its own environment, made once (and again when the requirements change)."""
-    stamp = VENV / (".ready-" + hashlib.sha1(REQUIREMENTS.read_bytes()).hexdigest()[:12])
-    binary = VENV / "bin" / "aiperf"
-    if not stamp.exists():
-        log(f"installing AIPerf into {VENV} (once)")
-        shutil.rmtree(VENV, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-        subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        "--no-compile", "-r", str(REQUIREMENTS)], check=True)
-        stamp.touch()
-    return binary
 
 
 def completion_tokens(metrics_url: str, model: str) -> float:
@@ -141,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if not gateway_url:
             port = free_port()
             gateway = subprocess.Popen(
-                [sys.executable, "-m", "tritonchat.gateway", "--port", str(port), "--http-url", http_url,
+                [sys.executable, "-m", "tritonchat.clients.gateway", "--port", str(port), "--http-url", http_url,
                  "--chat-model", args.triton_model],
                 stdout=open(artifacts / "gateway.log", "wb"), stderr=subprocess.STDOUT,  # noqa: SIM115
                 env={**os.environ, "PYTHONPATH": str(ROOT / "src")})

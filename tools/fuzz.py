@@ -30,6 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.bench.paths import generate_body  # noqa: E402
+from tritonchat.sse import events  # noqa: E402
+
 VALID = {
     "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}],
     "max_completion_tokens": 4,
@@ -113,11 +116,11 @@ def http_outcome(status: int, body: bytes, stream: bool) -> str:
     """'ok', '4xx', or a failure description."""
     text = body.decode("utf-8", "replace")
     if stream:
-        events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
-        errors = [e["error"] for e in events if "error" in e]
+        found = list(events(text.splitlines()))
+        errors = [e["error"] for e in found if "error" in e]
         if errors:
             return _error_outcome(errors[0], status)
-        chunks = [json.loads(e["response"]) for e in events]
+        chunks = [json.loads(e["response"]) for e in found]
         return "ok" if chunks and all(c.get("object") == "chat.completion.chunk" for c in chunks) else "bad-stream"
     data = json.loads(text)
     if "error" in data:
@@ -159,7 +162,7 @@ async def http_fuzz(url: str, model: str, count: int, seed: int, concurrency: in
                 text = body.decode("utf-8")
             except UnicodeDecodeError:
                 text = body.decode("latin-1")
-            payload = json.dumps({"request": text}).encode("utf-8")
+            payload = json.dumps(generate_body(text)).encode("utf-8")
             try:
                 async with session.post(f"http://{url}/v2/models/{model}/{endpoint}", data=payload) as response:
                     outcome = http_outcome(response.status, await response.read(), stream)
@@ -253,17 +256,9 @@ def main(argv: list[str] | None = None) -> int:
 
     server = None
     if args.url is None:
-        from tools.repositories import add_chat_model, add_test_model  # noqa: PLC0415
-        from tools.tritonlocal import TritonServer, free_port  # noqa: PLC0415
+        from harness.bench.servers import scripted_server  # noqa: PLC0415
 
-        import tempfile  # noqa: PLC0415
-
-        repo = Path(tempfile.mkdtemp(prefix="fuzz-repo-"))
-        http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-        add_test_model(repo, "scripted_vllm")
-        add_chat_model(repo, args.model, target_model="scripted_vllm", tokenizer=str(ROOT / "build" / "tiny-chat"),
-                       served_model_name="scripted", http_url=f"127.0.0.1:{http_port}")
-        server = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=repo / "tritonserver.log")
+        server = scripted_server(args.model, prefix="fuzz-repo-")
         server.start()
         server.wait_ready(timeout=300)
         args.url, args.grpc_url = server.http_url, server.grpc_url
@@ -273,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(http_fuzz(args.url, args.model, args.http_requests, args.seed, args.concurrency, results, failures))
         grpc_stream_fuzz(args.grpc_url, args.model, args.grpc_requests, args.seed, results, failures)
-        from tools.storm import server_answers  # noqa: PLC0415
+        from harness.storm import server_answers  # noqa: PLC0415
 
         alive = server_answers(args.url, args.model)
         log_problems = []

@@ -1,94 +1,12 @@
-"""Serve the model repository on a local Triton server (ports 8000/8001/8002 by default).
+"""`make serve`: a local Triton server with openai_chat in front of vLLM on the CPU (see
+harness/serve.py, where it is built, and `python tools/serve.py --help`)."""
 
-Without --model it serves the embedded tiny chat model made at setup. With --model it
-serves the Hugging Face model in that directory on the CPU build of vLLM.
-"""
-
-from __future__ import annotations
-
-import argparse
-import json
-import signal
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools.tritonlocal import BUILD, ROOT, TritonServer  # noqa: E402
-from tritonchat.repository import config_context_length, parse_engine_arg, prepare_repository  # noqa: E402
-
-TINY_MODEL = BUILD / "tiny-chat"
-# Engine settings that work for vLLM's CPU build (see docs/deployment.md, "Serving a real model locally").
-CPU_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1}
-# The context the CPU engine reserves memory for, unless the model's own is shorter (vLLM
-# refuses a `max_model_len` above the model's).
-CPU_MAX_MODEL_LEN = 2048
-
-
-def cpu_engine_args(model: Path, overrides: dict) -> dict:
-    """CPU_ENGINE_ARGS, `max_model_len` capped at the model's own context (left to vLLM when
-    config.json does not say), then `overrides`."""
-    args = dict(CPU_ENGINE_ARGS)
-    own = config_context_length(model)
-    if own:
-        args["max_model_len"] = min(CPU_MAX_MODEL_LEN, own)
-    return {**args, **overrides}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default=str(TINY_MODEL), help="Hugging Face model directory")
-    parser.add_argument("--served-model-name", help="name clients send as 'model' (default: tiny-chat or the directory name)")
-    parser.add_argument("--engine-arg", action="append", default=[], type=parse_engine_arg, help="vLLM engine argument key=value")
-    parser.add_argument("--http-port", type=int, default=8000)
-    parser.add_argument("--grpc-port", type=int, default=8001)
-    parser.add_argument("--metrics-port", type=int, default=8002)
-    parser.add_argument("--repository", type=Path, default=BUILD / "serve_repository",
-                        help="where the runnable model repository is written")
-    args = parser.parse_args()
-
-    model = Path(args.model).resolve()
-    if not (model / "config.json").is_file():
-        sys.exit(f"{model} is not a Hugging Face model directory (no config.json)")
-    served = args.served_model_name or ("tiny-chat" if model == TINY_MODEL.resolve() else model.name)
-    repo = prepare_repository(
-        ROOT / "model_repository",
-        args.repository,
-        model=str(model),
-        served_model_name=served,
-        engine_args=cpu_engine_args(model, dict(args.engine_arg)),
-        chat_parameters={"http_url": f"localhost:{args.http_port}", "grpc_url": f"localhost:{args.grpc_port}"},
-    )
-    server = TritonServer(repo, args.http_port, args.grpc_port, args.metrics_port)
-    # SIGTERM (docker stop, systemd, kill) ends the server like Ctrl-C: the handler only
-    # interrupts whatever the main thread waits in, and `finally` stops everything.
-    signal.signal(signal.SIGTERM, _interrupt)
-    server.start()
-    code = 0
-    try:
-        server.wait_ready(timeout=600)
-        example = {"model": served, "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
-        print(
-            f"\nServing {served!r} ({model}) on http://localhost:{args.http_port}. Try:\n"
-            f"  curl -sN localhost:{args.http_port}/v2/models/openai_chat/generate_stream "
-            f"-d '{json.dumps({'request': json.dumps(example)})}'\n",
-            flush=True,
-        )
-        code = server.process.wait()
-        print(f"tritonserver exited by itself with status {code}", file=sys.stderr, flush=True)
-        code = code or 1
-    except KeyboardInterrupt:
-        print("\nstopping tritonserver...", file=sys.stderr, flush=True)
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        server.stop(timeout=30)
-    sys.exit(code)
-
-
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
+from harness.serve import main  # noqa: E402
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

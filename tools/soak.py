@@ -16,29 +16,31 @@ import argparse
 import asyncio
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from harness.bench.measure import ProcessCpu  # noqa: E402
+from harness.bench.paths import generate_body, scripted_content  # noqa: E402
+from tritonchat.sse import data_of  # noqa: E402
+
 
 def percentile(values: list[float], q: float) -> float:
+    """The value at the nearest rank (the soak's criterion; not interpolated)."""
     data = sorted(values)
     return data[min(len(data) - 1, int(round((len(data) - 1) * q / 100)))]
 
 
-def stub_pid(model: str) -> int:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "triton_python_backend_stub" in cmdline and f"/{model}/1/model.py" in cmdline:
-                return int(entry.name)
-    raise RuntimeError(f"no stub process for {model}")
+def stub_pid(server, model: str) -> int:
+    """The model's stub process among the server's."""
+    cpu = ProcessCpu(server.process.pid)
+    cpu.snapshot()
+    pids = cpu.pids(model)
+    if not pids:
+        raise RuntimeError(f"no stub process for {model}")
+    return pids[0]
 
 
 def sample(pid: int) -> dict:
@@ -62,7 +64,7 @@ async def run(url: str, model: str, body: bytes, total: int, concurrency: int, p
         async with session.post(f"http://{url}/v2/models/{model}/generate_stream", data=body) as response:
             text = b""
             async for line in response.content:
-                if line.startswith(b"data: ") and first is None and b'\\"content\\":\\"tok' in line:
+                if first is None and b'\\"content\\":\\"tok' in (data_of(line) or b""):
                     first = time.perf_counter() - start
                 text += line
         if response.status != 200 or b'"error"' in text or text.count(b"tok ") != tokens:
@@ -100,22 +102,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
-    from tools.repositories import add_chat_model, add_test_model  # noqa: PLC0415
-    from tools.tritonlocal import TritonServer, free_port  # noqa: PLC0415
+    from harness.bench.servers import scripted_server  # noqa: PLC0415
 
-    repo = Path(tempfile.mkdtemp(prefix="soak-repo-"))
-    http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
-    add_test_model(repo, "scripted_vllm")
-    add_chat_model(repo, "chat_scripted", target_model="scripted_vllm", tokenizer=str(ROOT / "build" / "tiny-chat"),
-                   served_model_name="scripted", http_url=f"127.0.0.1:{http_port}")
-    server = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=repo / "tritonserver.log")
-    script = "SCRIPT:" + json.dumps({"repeat": {"text": "tok ", "count": args.tokens}, "interval_ms": args.interval_ms})
-    body = json.dumps({"request": json.dumps({"messages": [{"role": "user", "content": script}], "stream": True})})
+    server = scripted_server("chat_scripted", prefix="soak-repo-")
+    script = scripted_content(args.tokens, args.interval_ms)
+    body = json.dumps(generate_body({"messages": [{"role": "user", "content": script}], "stream": True}))
     started = time.monotonic()
     try:
         server.start()
         server.wait_ready(timeout=300)
-        pid = stub_pid("chat_scripted")
+        pid = stub_pid(server, "chat_scripted")
         result = asyncio.run(run(server.http_url, "chat_scripted", body.encode(), args.requests, args.concurrency, pid,
                                  args.tokens))
     finally:

@@ -58,6 +58,12 @@ class Settings:
     )
     http_url: str = setting("localhost:8000", "this server's HTTP endpoint, for `transport: http` and for reading the target's configuration", user=True)
     grpc_url: str = setting("localhost:8001", "this server's gRPC endpoint, for `transport: grpc`", user=True)
+    http_keepalive_s: float = setting(
+        2.0,
+        "`transport: http`: an idle loopback connection is closed after this many seconds (0: a connection per "
+        "call). Triton waits at shutdown until its HTTP connections close, so this bounds how long a stopping "
+        "server waits for them; a busy instance reuses its connections whatever the value",
+    )
     loopback_headers: str = setting(
         "",
         "`name=value,...` headers the `http` and `grpc` transports send with every call, for a server that "

@@ -1,4 +1,8 @@
-"""Integration fixtures: one real `tritonserver` for the whole test session.
+"""Integration fixtures: one real `tritonserver` for the whole test session, in explicit model
+control: it starts with no model loaded, and a test gets the models it uses loaded (with the
+models they call) before it runs: the models its client fixtures name (`scripted`, `tiny`, ...)
+and those its module or function lists with `@pytest.mark.models(...)`. Running one module
+loads only what that module uses.
 
 Its repository holds:
 - `openai_chat` exactly as committed, calling `vllm_model`: the tiny chat model on the
@@ -29,7 +33,7 @@ import pytest
 
 from tests.helpers import ChatClient
 from tests.vision import IMAGE_URL_PREFIX, vision_tokenizer
-from tools.repositories import (
+from harness.repositories import (
     add_chat_model,
     add_llmapi_model,
     add_test_model,
@@ -40,7 +44,7 @@ from tools.repositories import (
     write_random_lora,
 )
 from tritonchat.repository import set_parameter
-from tools.tritonlocal import TritonServer, free_port
+from harness.server import TritonServer, free_port
 
 # Plain ChatML (string content, no tool or reasoning support) and Mistral's v1 template (no
 # system role, roles must alternate), as their models ship them.
@@ -205,14 +209,28 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     vllm_config = repo / "vllm_model" / "config.pbtxt"
     vllm_config.write_text(set_parameter(vllm_config.read_text(), "REPORT_CUSTOM_METRICS", "true"))
     for transport, suffix in TRANSPORTS.items():
-        chat_model("openai_chat" + suffix, transport=transport, lora_separator=":")
+        chat_model("openai_chat" + suffix, transport=transport, lora_separator=":", http_keepalive_s="2")
     chat_model("openai_completions", source="openai_completions", lora_separator=":")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"
     try:
-        with TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log) as server:
+        with TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log, explicit=True) as server:
             yield server
     finally:
         print(f"\ntritonserver log: {log}")
+
+
+@pytest.fixture(autouse=True)
+def _models_loaded(request) -> None:
+    """Loads the models the test's `models` markers name (module, class and function)."""
+    names = [name for marker in request.node.iter_markers("models") for name in marker.args]
+    if names:
+        request.getfixturevalue("triton").load(*names)
+
+
+def client(triton: TritonServer, model: str) -> ChatClient:
+    """A client of `model`, loaded first."""
+    triton.load(model)
+    return ChatClient(triton.http_url, model)
 
 
 @pytest.fixture(params=list(TRANSPORTS))
@@ -229,15 +247,15 @@ def route(request) -> Route:
 def scripted(triton, route) -> ChatClient:
     """`openai_chat` in front of a scripted model, over every request format and transport
     (`scripted.route` says which)."""
-    client = ChatClient(triton.http_url, route.model)
-    client.route = route
-    return client
+    chat = client(triton, route.model)
+    chat.route = route
+    return chat
 
 
 @pytest.fixture
 def vllm_scripted(triton, transport) -> ChatClient:
     """`openai_chat` in front of the scripted vLLM-interface model, over each transport."""
-    return ChatClient(triton.http_url, "chat_scripted" + TRANSPORTS[transport])
+    return client(triton, "chat_scripted" + TRANSPORTS[transport])
 
 
 class Expect:
@@ -274,12 +292,12 @@ def expect(route, tokenizer) -> Expect:
 @pytest.fixture
 def tiny(triton, transport) -> ChatClient:
     """`openai_chat` in front of the tiny model on vLLM, over each transport."""
-    return ChatClient(triton.http_url, "openai_chat" + TRANSPORTS[transport])
+    return client(triton, "openai_chat" + TRANSPORTS[transport])
 
 
 @pytest.fixture
 def completions(triton) -> ChatClient:
-    return ChatClient(triton.http_url, "openai_completions")
+    return client(triton, "openai_completions")
 
 
 COMPLETION_MODELS = {"vllm": "completions_scripted", "trtllm": "completions_trtllm",
@@ -289,9 +307,9 @@ COMPLETION_MODELS = {"vllm": "completions_scripted", "trtllm": "completions_trtl
 @pytest.fixture(params=list(COMPLETION_MODELS))
 def completions_scripted(triton, request) -> ChatClient:
     """`openai_completions` in front of each scripted model (`.fmt` says which format)."""
-    client = ChatClient(triton.http_url, COMPLETION_MODELS[request.param])
-    client.fmt = request.param
-    return client
+    chat = client(triton, COMPLETION_MODELS[request.param])
+    chat.fmt = request.param
+    return chat
 
 
 TOOL_MODELS = {"vllm": "chat_tools", "trtllm": "chat_tools_trtllm", "tensorrt_llm": "chat_tools_tensorrt_llm",
@@ -301,9 +319,9 @@ TOOL_MODELS = {"vllm": "chat_tools", "trtllm": "chat_tools_trtllm", "tensorrt_ll
 @pytest.fixture(params=list(TOOL_MODELS))
 def chat_tools(triton, request) -> ChatClient:
     """`openai_chat` with the hermes and qwen3 parsers, over every request format."""
-    client = ChatClient(triton.http_url, TOOL_MODELS[request.param])
-    client.fmt = request.param
-    return client
+    chat = client(triton, TOOL_MODELS[request.param])
+    chat.fmt = request.param
+    return chat
 
 
 @pytest.fixture

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import script
-from tools.bench_aiperf import VENV, aiperf
+from harness.aiperf import VENV, aiperf
+
+pytestmark = [pytest.mark.integration, pytest.mark.models("chat_text_output")]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,12 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tests.helpers import ChatClient, GrpcChatClient, script, user
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.models(
+        "chat_scripted", "chat_scripted_2510", "chat_scripted_2510_key", "chat_scripted_cancel",
+    ),
+]
 
 
 

@@ -10,7 +10,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tests.helpers import GrpcChatClient
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.models("openai_chat")]
 
 CONVERSATION = [
     {"role": "system", "content": "You are a helpful assistant."},

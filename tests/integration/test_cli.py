@@ -15,6 +15,8 @@ import pytest
 
 from tests.helpers import script
 
+pytestmark = [pytest.mark.integration, pytest.mark.models("chat_scripted", "chat_tools")]
+
 TRITONCHAT = str(Path(sys.executable).parent / "tritonchat")
 TEXT = "Hello world"
 

@@ -1,4 +1,4 @@
-"""The client library (tritonchat.client) and the OpenAI-compatible gateway (tritonchat.gateway)
+"""The client library (tritonchat.clients) and the OpenAI-compatible gateway (tritonchat.clients.gateway)
 against the real tritonserver, with the official `openai` SDK on the gateway."""
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tests.helpers import script
-from tools.tritonlocal import free_port
-from tritonchat.client import AsyncTritonChat, TritonChat
-from tritonchat.gateway import create_app
+from harness.server import free_port
+from tritonchat.clients import AsyncTritonChat, TritonChat
+from tritonchat.clients.gateway import create_app
+
+pytestmark = [pytest.mark.integration, pytest.mark.models("chat_scripted", "completions_scripted")]
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
-# The scripted models answer "Hello world" unless a script says otherwise (tests/models/scripted_vllm).
+# The scripted models answer "Hello world" unless a script says otherwise (harness/models/scripted_vllm).
 TEXT = "Hello world"
 API_KEY = "test-key"
 
@@ -194,3 +196,14 @@ def test_langchain_chat_openai_through_the_gateway(gateway):
     model = ChatOpenAI(model="scripted", base_url=gateway + "/v1", api_key=API_KEY, max_retries=0)
     assert model.invoke("Hi").content == TEXT
     assert "".join(chunk.content for chunk in model.stream("Hi")) == TEXT
+
+
+def test_gateway_retrieves_models_and_answers_health_probes(sdk, gateway):
+    import requests
+
+    assert sdk.models.retrieve("scripted").id == "scripted"
+    with pytest.raises(openai.NotFoundError) as info:
+        sdk.models.retrieve("gpt-4o")
+    assert info.value.body["code"] == "model_not_found"
+    for path in ("/health", "/health/ready", "/health/live"):  # open: the health group has no key of its own
+        assert requests.get(gateway + path, timeout=10).status_code == 200, path

@@ -14,26 +14,30 @@ import urllib.request
 import pytest
 
 from tests.helpers import ChatClient, script, stub_pid, user
-from tools.repositories import add_chat_model, add_test_model
-from tools.tritonlocal import TritonServer, free_port
+from harness.repositories import add_chat_model, add_test_model
+from harness.server import TritonServer, free_port
 
 pytestmark = pytest.mark.integration
 
 TRANSPORTS = ("http", "grpc", "bls")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, tiny_model):
-    repo = tmp_path_factory.mktemp("faults_repository")
+def scripted_server(repo, log, tiny_model) -> TritonServer:
+    """A server of the scripted model and a chat model in front of it over each transport."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     add_test_model(repo, "scripted_vllm")
     for transport in TRANSPORTS:
         add_chat_model(repo, f"chat_{transport}", transport=transport, target_model="scripted_vllm",
                        tokenizer=str(tiny_model), served_model_name="scripted", idle_timeout_s="3",
                        http_url=f"127.0.0.1:{http_port}", grpc_url=f"127.0.0.1:{grpc_port}")
+    return TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log,
+                        extra_args=["--model-control-mode=explicit", "--load-model=*"])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, tiny_model):
     log = tmp_path_factory.getbasetemp() / "faults-tritonserver.log"
-    with TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log,
-                      extra_args=["--model-control-mode=explicit", "--load-model=*"]) as triton:
+    with scripted_server(tmp_path_factory.mktemp("faults_repository"), log, tiny_model) as triton:
         yield triton
 
 
@@ -120,3 +124,45 @@ def test_loopback_calls_carry_the_key_of_a_restricted_server(tmp_path, tiny_mode
             keyless.session.headers["x-infer-key"] = "s3cret"
             status, body = keyless.create(user(script(chunks=["fine"])))
             assert body["error"]["type"] == "server_error", (transport, body)
+
+
+def test_sigterm_with_streams_in_flight_ends_soon_after_they_end(tmp_path, tiny_model):
+    """SIGTERM while a stream is in flight on every transport: each stream still ends whole, and
+    the server then exits with status 0 on its own, without waiting out its exit timeout (10 s)
+    for loopback connections left open (idle ones close after `http_keepalive_s`, 2 s)."""
+    with scripted_server(tmp_path / "repository", tmp_path / "log", tiny_model) as server:
+        sigterm_mid_stream(server)
+
+
+def sigterm_mid_stream(server: TritonServer) -> None:
+    results: dict[str, object] = {}
+
+    def stream(transport: str) -> None:
+        request = user(script(repeat={"text": "a ", "count": 15}, interval_ms=100), stream=True)
+        results[transport] = ChatClient(server.http_url, f"chat_{transport}").stream(request)
+
+    threads = [threading.Thread(target=stream, args=(transport,)) for transport in TRANSPORTS]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while in_flight(server) < len(TRANSPORTS) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert in_flight(server) == len(TRANSPORTS)
+    log_start = server.log_path.stat().st_size
+    server.process.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join(timeout=30)
+    for transport in TRANSPORTS:
+        result = results[transport]
+        assert result.status == 200 and result.error is None and result.content == "a " * 15, (transport, result)
+    assert server.process.wait(timeout=30) == 0
+    with open(server.log_path, "rb") as log:
+        log.seek(log_start)
+        tail = log.read().decode(errors="replace")
+    assert "Exit timeout expired" not in tail
+
+
+def in_flight(server) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("tritonchat_requests_in_flight{")))

@@ -12,6 +12,8 @@ import pytest
 from tests.helpers import ChatClient, script, user
 from tests.integration.test_tools import WEATHER, collect_stream
 
+pytestmark = [pytest.mark.integration, pytest.mark.models("chat_gptoss")]
+
 ANALYSIS = "<|channel|>analysis<|message|>The user wants the weather in Oslo.<|end|>"
 CALL = ('<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json'
         '<|message|>{"city": "Oslo"}<|call|>')

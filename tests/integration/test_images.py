@@ -16,7 +16,13 @@ import requests
 from tests.helpers import ChatClient, script
 from tests.vision import IMAGE_SERVER_PORT, IMAGE_URL_PREFIX, data_url, image_bytes, image_part, serve_images
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.models(
+        "chat_vision", "chat_vision_defaults", "chat_vision_no_image", "chat_trtllm", "chat_tensorrt_llm",
+        "chat_llmapi", "openai_chat", "chat_scripted",
+    ),
+]
 
 PNG = image_bytes("PNG", size=(4, 3))
 

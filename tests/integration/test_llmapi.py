@@ -11,6 +11,13 @@ import pytest
 
 from tests.helpers import ChatClient, script, user
 
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.models(
+        "chat_llmapi", "chat_llmapi_lora", "chat_llmapi_not_decoupled",
+    ),
+]
+
 
 @pytest.fixture
 def llmapi(triton) -> ChatClient:

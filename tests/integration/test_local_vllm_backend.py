@@ -1,4 +1,4 @@
-"""The local `vllm` backend (tools/local_vllm_backend/model.py) against Triton's vLLM interface.
+"""The local `vllm` backend (harness/local_vllm_backend/model.py) against Triton's vLLM interface.
 
 One real `tritonserver` for the module, with two models on the tiny model in the real vLLM
 engine (CPU):
@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 import requests
 
-from tools.repositories import write_random_lora
-from tools.tritonlocal import TritonServer, free_port
+from harness.repositories import write_random_lora
+from harness.server import TritonServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,9 +52,9 @@ LONG_GENERATION = {"max_tokens": 1900, "ignore_eos": True}
 
 @pytest.fixture(scope="module")
 def local_tiny_model(tmp_path_factory) -> Path:
-    """tools/make_tiny_model.py built into this module's temporary directory."""
+    """harness/tiny_model.py built into this module's temporary directory."""
     out = tmp_path_factory.mktemp("tiny") / "model"
-    subprocess.run([sys.executable, str(ROOT / "tools" / "make_tiny_model.py"), "--out", str(out)], check=True)
+    subprocess.run([sys.executable, str(ROOT / "harness" / "tiny_model.py"), "--out", str(out)], check=True)
     return out
 
 

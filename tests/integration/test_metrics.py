@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers import ChatClient, script, user
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.models("chat_metrics", "chat_capped")]
 
 
 def scrape(triton) -> dict[str, float]:

@@ -12,7 +12,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tests.helpers import ChatClient, script, user
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.models("chat_scripted", "chat_scripted_bls")]
 
 CONVERSATION = [
     {"role": "system", "content": "You are a helpful assistant."},

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.repositories import ROOT
-from tools.tritonlocal import free_port
+from harness.repositories import ROOT
+from harness.server import free_port
 
 pytestmark = pytest.mark.integration
 

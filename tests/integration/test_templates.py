@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import ChatClient, script
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.models("chat_chatml", "chat_mistral")]
 
 
 def prompt_seen(client: ChatClient, messages: list[dict]) -> str:

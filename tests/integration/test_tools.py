@@ -13,7 +13,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tests.helpers import ChatClient, script
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.models("chat_tools")]
 
 WEATHER = {
     "type": "function",

@@ -13,7 +13,13 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from tests.helpers import ChatClient, script, user
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.models(
+        "chat_trtllm", "chat_tensorrt_llm", "chat_trtllm_counting", "chat_trtllm_old", "chat_trtllm_eot",
+        "chat_tensorrt_llm_eot",
+    ),
+]
 
 DEFAULT_TEXT = " Hello wörld 你好 🎉"  # what the stand-ins generate without a script
 MODELS = {"trtllm": "chat_trtllm", "tensorrt_llm": "chat_tensorrt_llm"}

@@ -1,9 +1,9 @@
-"""The TensorRT-LLM stand-ins in tests/models, checked directly over gRPC with tritonclient.
+"""The TensorRT-LLM stand-ins in harness/models, checked directly over gRPC with tritonclient.
 
 One real `tritonserver` for the module with
-- `ensemble`: tests/models/trtllm_ensemble, the client interface of NVIDIA's `ensemble` /
+- `ensemble`: harness/models/trtllm_ensemble, the client interface of NVIDIA's `ensemble` /
   `tensorrt_llm_bls` (text in, text out, batch dimension on every tensor);
-- `tensorrt_llm`: tests/models/tensorrt_llm_mock, the client interface of the C++
+- `tensorrt_llm`: harness/models/tensorrt_llm_mock, the client interface of the C++
   `tensorrt_llm` model (token ids in and out);
 both with `tokenizer_dir` set to the tiny model. Each test scripts the output through the
 prompt (`SCRIPT:{json}`) and checks the responses as a client of the real models sees them:
@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tools.tritonlocal import TritonServer
+from harness.server import TritonServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.models("ensemble", "tensorrt_llm", "ensemble_old")]
 
 DEFAULT_TEXT = " Hello wörld 你好 🎉"  # the models' default output
 

@@ -15,9 +15,9 @@ import time
 import pytest
 import requests
 
-from tools.tritonlocal import free_port, server_env
+from harness.server import free_port, server_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.models("openai_chat")]
 
 CASES = {
     "system and user": {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there!"}]},

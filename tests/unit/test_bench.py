@@ -1,4 +1,4 @@
-"""The pure helpers of tools/bench.py: statistics, event parsing, request bodies, report."""
+"""The pure helpers of the benchmark (harness/bench): statistics, event parsing, request bodies, report."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ import json
 
 import pytest
 
-from tools import bench
-from tools.bench import RequestResult, paired_comparison, percentile, spread, summarize_run
+from harness.bench import BenchError
+from harness.bench.cli import parse_args
+from harness.bench.load import RequestResult, parse_chat_event, parse_raw_event
+from harness.bench.measure import RESULT_KEYS, paired_comparison, percentile, spread, summarize, summarize_run
+from harness.bench.paths import VLLM_SERVE, build_targets, chat_request, raw_body, scripted_content
+from harness.bench.profile import profile_report, read_collapsed, stage_shares
+from harness.bench.report import check_targets, markdown_report, run_line, write_plot
+from harness.bench.servers import build_repository, set_instance_count, vllm_server_command
 
 
 def test_percentile_interpolates_between_ranks():
@@ -45,7 +51,7 @@ def test_summarize_run_counts_chunks_tokens_and_rates():
     assert m["first_event_p50_ms"] == pytest.approx(50.0)  # e.g. the chat role chunk, before any text
     assert m["itl_p50_ms"] == pytest.approx(100.0)  # gaps 0.1, 0.1, 0.2
     assert m["itl_p99_ms"] == pytest.approx(198.0)
-    assert set(bench.RESULT_KEYS) <= set(m)
+    assert set(RESULT_KEYS) <= set(m)
 
 
 def test_spread_ignores_missing_values():
@@ -55,7 +61,7 @@ def test_spread_ignores_missing_values():
 
 
 def _metrics(**values):
-    base = {key: 1.0 for key in bench.RESULT_KEYS}
+    base = {key: 1.0 for key in RESULT_KEYS}
     return {**base, **values}
 
 
@@ -71,41 +77,41 @@ def test_paired_comparison_pairs_runs_by_repeat():
 
 
 def test_parse_raw_event_reads_scalars_and_lists():
-    e = bench.parse_raw_event({"model_name": "m", "text_output": "ab", "num_output_tokens": [2], "num_input_tokens": 7})
+    e = parse_raw_event({"model_name": "m", "text_output": "ab", "num_output_tokens": [2], "num_input_tokens": 7})
     assert (e.text, e.tokens, e.prompt_tokens) == ("ab", 2, 7)
-    assert bench.parse_raw_event({"text_output": ""}).text == ""
-    with pytest.raises(bench.BenchError, match="boom"):
-        bench.parse_raw_event({"error": "boom"})
+    assert parse_raw_event({"text_output": ""}).text == ""
+    with pytest.raises(BenchError, match="boom"):
+        parse_raw_event({"error": "boom"})
 
 
 def test_parse_chat_event_text_and_usage():
     def event(chunk):
         return {"model_name": "openai_chat", "response": json.dumps(chunk)}
 
-    role = bench.parse_chat_event(event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
+    role = parse_chat_event(event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}))
     assert role.text == "" and role.tokens is None
-    text = bench.parse_chat_event(event({"choices": [{"index": 0, "delta": {"content": "hi"}}], "usage": None}))
+    text = parse_chat_event(event({"choices": [{"index": 0, "delta": {"content": "hi"}}], "usage": None}))
     assert text.text == "hi"
-    usage = bench.parse_chat_event(event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 64}}))
+    usage = parse_chat_event(event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 64}}))
     assert (usage.text, usage.tokens, usage.prompt_tokens) == ("", 64, 5)
-    with pytest.raises(bench.BenchError):
-        bench.parse_chat_event({"error": "{\"error\": {}}"})
+    with pytest.raises(BenchError):
+        parse_chat_event({"error": "{\"error\": {}}"})
 
 
 def test_bodies_ask_for_the_same_generation():
-    chat = bench.chat_request("hello", 64)
+    chat = chat_request("hello", 64)
     assert chat["max_completion_tokens"] == 64 and chat["ignore_eos"] and chat["stream"]
-    raw = bench.raw_body("<prompt>", 64)
+    raw = raw_body("<prompt>", 64)
     assert json.loads(raw["sampling_parameters"]) == {"max_tokens": 64, "temperature": 0, "ignore_eos": True}
     assert raw["stream"] and raw["exclude_input_in_output"] and raw["return_num_output_tokens"]
-    script = bench.scripted_content(8, 2)
+    script = scripted_content(8, 2)
     assert json.loads(script.removeprefix("SCRIPT:")) == {"repeat": {"text": "tok ", "count": 8}, "interval_ms": 2}
 
 
 def test_set_instance_count(tmp_path):
     config = tmp_path / "config.pbtxt"
     config.write_text('backend: "python"\n# count: 9 in a comment before\ninstance_group [ { count: 1, kind: KIND_CPU } ]\n')
-    bench.set_instance_count(config, 3)
+    set_instance_count(config, 3)
     assert "instance_group [ { count: 3, kind: KIND_CPU } ]" in config.read_text()
     assert "count: 9 in a comment" in config.read_text()
 
@@ -119,7 +125,7 @@ def test_report_has_ratio_rows_and_targets(tmp_path):
     sides = {"scripted": (("raw", "scripted_vllm", 1000.0, 2.0), ("chat http", "chat_scripted_http", 900.0, 4.0),
                           ("chat bls", "chat_scripted_bls", 500.0, 30.0)),
              "vllm": (("raw", "vllm_model", 1000.0, 2.0), ("chat http", "openai_chat_http", 900.0, 4.0),
-                      (bench.VLLM_SERVE, "tiny-chat", 800.0, 3.0))}
+                      (VLLM_SERVE, "tiny-chat", 800.0, 3.0))}
     for pair, paths in sides.items():
         for concurrency in (1, 16, 64):
             for repeat in range(2):
@@ -130,9 +136,9 @@ def test_report_has_ratio_rows_and_targets(tmp_path):
                         "client_cpu_s": 0.1, "other_processes_cores": 0.0,
                         "server_cpu_s": {"tritonserver": 0.05, "chat_scripted_http": 0.032, "chat_scripted_bls": 0.2},
                     })
-    summary = bench.summarize(runs, args)
+    summary = summarize(runs, args)
     assert [e["sides"].keys() for e in summary][0] == {"raw", "chat http", "chat bls"}
-    checks = bench.check_targets(summary)
+    checks = check_targets(summary)
     by_name = {(c["pair"], c["side"], c["what"]): c["ok"] for c in checks}
     assert by_name[("scripted", "chat http", "added TTFT p50 at concurrency 1 <= 1.5 ms")] is False  # +2 ms
     assert by_name[("scripted", "chat http", "tokens/s vs raw at concurrency 16 >= 0.85x")] is True
@@ -144,13 +150,13 @@ def test_report_has_ratio_rows_and_targets(tmp_path):
     assert not any(pair == "vllm" and "raw" in what for pair, _, what in by_name)  # the raw targets: scripted only
     profiles = [{"pair": "scripted", "side": "chat http", "model": "chat_scripted_http", "concurrency": 64,
                  "samples": 100, "stages": {"send": 0.5, "receive": 0.25, "other": 0.25}}]
-    report = bench.markdown_report(summary, checks, args, profiles, "bench.png")
+    report = markdown_report(summary, checks, args, profiles, "bench.png")
     assert "| 16 | **chat http / raw** |" in report and "0.90x" in report and "+2.00 (2.00x)" in report
-    assert f"| 64 | **chat http / {bench.VLLM_SERVE}** |" in report and "1.12x" in report
+    assert f"| 64 | **chat http / {VLLM_SERVE}** |" in report and "1.12x" in report
     assert "![tokens/s and first-token latency against concurrency](bench.png)" in report
     assert "| scripted | chat http | 64 | 100 | 50% (25 µs) | 0% (0 µs) |" in report  # send: half of 50 µs
     assert "PASS" in report and "FAIL" in report
-    bench.write_plot(summary, args, tmp_path / "bench.png")
+    write_plot(summary, args, tmp_path / "bench.png")
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -163,33 +169,33 @@ def test_profile_stages_come_from_the_innermost_matching_rule():
         "decode (tritonchat/formats/vllm.py:8) 1\n"
         "garbage line\n"
     )
-    samples = bench.read_collapsed(collapsed)
+    samples = read_collapsed(collapsed)
     assert sum(samples.values()) == 10
-    assert bench.stage_shares(samples) == {"send": 0.6, "build": 0.2, "receive": 0.1, "parse": 0.1}
-    report = bench.profile_report(samples, bench.stage_shares(samples), "m")
+    assert stage_shares(samples) == {"send": 0.6, "build": 0.2, "receive": 0.1, "parse": 0.1}
+    report = profile_report(samples, stage_shares(samples), "m")
     assert "60.0%  send (tritonchat/triton/sink.py)" in report
 
 
 def test_build_targets_one_path_per_transport_and_interval():
-    args = bench.parse_args(["--paths", "scripted,vllm", "--transports", "http,bls", "--stream-intervals", "4",
+    args = parse_args(["--paths", "scripted,vllm", "--transports", "http,bls", "--stream-intervals", "4",
                              "--vllm-server", "--out", "/tmp/x.json"])
-    groups = bench.build_targets(args, lambda request: "<prompt>")
+    groups = build_targets(args, lambda request: "<prompt>")
     scripted, vllm = ([t.side for t in group] for group in groups)
     assert scripted == ["raw", "chat http", "chat bls", "chat http si=4"]
-    assert vllm == ["raw", "chat http", "chat bls", "chat http si=4", bench.VLLM_SERVE]
+    assert vllm == ["raw", "chat http", "chat bls", "chat http si=4", VLLM_SERVE]
     assert [t.model for t in groups[0]] == ["scripted_vllm", "chat_scripted_http", "chat_scripted_bls",
                                             "chat_scripted_http"]
     assert json.loads(groups[0][3].body["request"])["stream_interval"] == 4
     serve = groups[1][-1]
     assert serve.kind == "openai" and serve.body["model"] == "tiny-chat" and serve.body["stream"] is True
-    assert bench.parse_args(["--profile", "chat http@64", "--out", "/tmp/x.json"]).profile == [("chat http", 64)]
+    assert parse_args(["--profile", "chat http@64", "--out", "/tmp/x.json"]).profile == [("chat http", 64)]
 
 
 def test_a_variant_is_a_chat_model_of_its_own_with_its_parameters(tmp_path, monkeypatch):
-    args = bench.parse_args(["--paths", "scripted", "--transports", "grpc,http", "--variant",
+    args = parse_args(["--paths", "scripted", "--transports", "grpc,http", "--variant",
                              "lanes1:responder_threads=1,metrics=false", "--out", "/tmp/x.json"])
     assert args.variant == [("lanes1", {"responder_threads": "1", "metrics": "False"})]
-    [group] = bench.build_targets(args, lambda request: "<prompt>")
+    [group] = build_targets(args, lambda request: "<prompt>")
     assert [(t.side, t.model) for t in group][-1] == ("chat grpc lanes1", "chat_scripted_grpc_lanes1")
     made = {}
 
@@ -199,20 +205,20 @@ def test_a_variant_is_a_chat_model_of_its_own_with_its_parameters(tmp_path, monk
         (repo / name / "config.pbtxt").write_text("instance_group [ { count: 1 } ]")
         return repo / name
 
-    monkeypatch.setattr("tools.repositories.add_chat_model", add_chat_model)
-    monkeypatch.setattr("tools.repositories.add_test_model", lambda *a, **k: None)
-    bench.build_repository(tmp_path, args, 1, 2)
+    monkeypatch.setattr("harness.repositories.add_chat_model", add_chat_model)
+    monkeypatch.setattr("harness.repositories.add_test_model", lambda *a, **k: None)
+    build_repository(tmp_path, args, 1, 2)
     assert made["chat_scripted_grpc_lanes1"]["responder_threads"] == "1"
     assert made["chat_scripted_grpc_lanes1"]["transport"] == "grpc"
     assert "responder_threads" not in made["chat_scripted_grpc"]
     for bad in ("nolabel", "bad label:x=1", "label:"):
         with pytest.raises(SystemExit):
-            bench.parse_args(["--variant", bad, "--out", "/tmp/x.json"])
+            parse_args(["--variant", bad, "--out", "/tmp/x.json"])
 
 
 def test_vllm_server_gets_the_engine_settings_of_vllm_model():
-    args = bench.parse_args(["--engine-arg", "stream_interval=4", "--out", "/tmp/x.json"])
-    command = bench.vllm_server_command(args, 1234)
+    args = parse_args(["--engine-arg", "stream_interval=4", "--out", "/tmp/x.json"])
+    command = vllm_server_command(args, 1234)
     assert command[command.index("--stream-interval") + 1] == "4"
     assert "--enforce-eager" in command and command[command.index("--dtype") + 1] == "float32"
     assert command[command.index("--served-model-name") + 1] == "tiny-chat"
@@ -220,24 +226,24 @@ def test_vllm_server_gets_the_engine_settings_of_vllm_model():
 
 def test_run_line_tolerates_missing_figures():
     run = {"metrics": {**_metrics(itl_p50_ms=None), "wall_s": 2.0}, "other_processes_cores": 0.25}
-    line = bench.run_line(run)
+    line = run_line(run)
     assert "ITL p50 - ms" in line and "(other processes: 0.25 cores)" in line
 
 
 @pytest.mark.parametrize(("transport", "parsers"), [("grpc", False), ("http", True)])
 def test_the_token_path_micro_benchmark_runs_the_real_per_token_code(tiny_model, transport, parsers):
-    """tools/bench_token_path.py: every stage measured, and the chunks it built are the stream
+    """harness/bench/token_path.py: every stage measured, and the chunks it built are the stream
     a client would get (its figures are for reading, not asserted)."""
-    from tools import bench_token_path  # noqa: PLC0415
+    from harness.bench import token_path  # noqa: PLC0415
 
-    summary = bench_token_path.run(30, 1, transport, parsers, tiny_model)
+    summary = token_path.run(30, 1, transport, parsers, tiny_model)
     assert set(summary) == {"receive", "parse", "build", "send", "total"}
     assert all(value["median"] > 0 for value in summary.values())
-    assert summary["total"]["median"] == pytest.approx(sum(summary[s]["median"] for s in bench_token_path.STAGES))
+    assert summary["total"]["median"] == pytest.approx(sum(summary[s]["median"] for s in token_path.STAGES))
 
 
 def test_the_token_path_micro_benchmark_streams_what_a_client_reads(tiny_model):
-    from tools import bench_token_path  # noqa: PLC0415
+    from harness.bench import token_path  # noqa: PLC0415
     from tritonchat.triton import sink as sink_module  # noqa: PLC0415
 
     sent = []
@@ -247,11 +253,11 @@ def test_the_token_path_micro_benchmark_streams_what_a_client_reads(tiny_model):
             sent.append(json.loads(response.output_tensors[0].array[0]))
 
     real = sink_module.pb
-    service = bench_token_path.make_service(tiny_model, parsers=False)
+    service = token_path.make_service(tiny_model, parsers=False)
     prepared = service.prepare(json.dumps({"messages": [{"role": "user", "content": "Hi"}], "stream": True,
                                            "max_tokens": 12}), "x")
-    sink = bench_token_path.make_sink(Sender())
-    wire, receive = bench_token_path.make_receive("grpc", bench_token_path.backend_outputs(12))
+    sink = token_path.make_sink(Sender())
+    wire, receive = token_path.make_receive("grpc", token_path.backend_outputs(12))
     for raw in wire:
         for payload in prepared.builder.stream_output(0, prepared.decoders[0].decode(receive(raw))):
             sink.send(payload, final=False)
@@ -259,5 +265,5 @@ def test_the_token_path_micro_benchmark_streams_what_a_client_reads(tiny_model):
         sink.send(payload, final=False)
     assert sink_module.pb is real  # the fake utilities stay with this sink
     text = "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in sent)
-    assert text == "".join(bench_token_path.WORDS[i % len(bench_token_path.WORDS)] for i in range(12))
+    assert text == "".join(token_path.WORDS[i % len(token_path.WORDS)] for i in range(12))
     assert sent[-1]["choices"][0]["finish_reason"] == "length"

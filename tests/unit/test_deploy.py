@@ -65,6 +65,6 @@ def test_gateway_reaches_the_triton_service():
     gateway = find("Deployment", "tritonchat-gateway")
     [container] = gateway["spec"]["template"]["spec"]["containers"]
     command = container["command"]
-    assert command[:3] == ["python3", "-m", "tritonchat.gateway"]
+    assert command[:3] == ["python3", "-m", "tritonchat.clients.gateway"]
     assert command[command.index("--http-url") + 1] == "tritonchat:8000"
     assert find("Service", "tritonchat-gateway")["spec"]["selector"] == gateway["spec"]["template"]["metadata"]["labels"]

@@ -127,6 +127,6 @@ def test_compose_gateway_service_calls_the_triton_service():
     gateway = services["gateway"]
     assert gateway["image"] == services["triton"]["image"]
     command = gateway["command"]
-    assert command[:3] == ["python3", "-m", "tritonchat.gateway"] and "9000:9000" in gateway["ports"]
+    assert command[:3] == ["python3", "-m", "tritonchat.clients.gateway"] and "9000:9000" in gateway["ports"]
     assert command[command.index("--http-url") + 1] == "triton:8000"
     assert gateway["depends_on"]["triton"]["condition"] == "service_healthy"

@@ -6,7 +6,7 @@ lower one, and no modules import each other in a cycle.
     2  service                                                          (a request, prepared)
     3  transports, sender                                            (reading the generation, sending)
     4  triton                                                           (the Python-backend glue)
-The clients (`tritonchat.clients`, the `tritonchat` command, the gateway) stand beside the server
+The clients (`tritonchat.clients`: the client, the `tritonchat` command, the gateway) stand beside the server
 side: they import only layer 0 and each other, and nothing on the server side imports them.
 Imports inside functions count too."""
 
@@ -27,7 +27,7 @@ LAYERS = {
     "transports": 3, "sender": 3,
     "triton": 4,
 }
-CLIENT_SIDE = ("clients", "cli", "gateway")
+CLIENT_SIDE = ("clients",)
 
 
 def module_name(path: Path) -> str:

@@ -8,7 +8,7 @@ import re
 import pytest
 import yaml
 
-from tools.repositories import ROOT
+from harness.repositories import ROOT
 from tritonchat.repository import config_context_length, main, parse_engine_arg, prepare_repository, set_parameter
 
 REPO = ROOT / "model_repository"
@@ -48,7 +48,7 @@ def test_config_context_length(tmp_path, config, expected):
 @pytest.mark.parametrize(("config", "expected"), [
     ({"max_position_embeddings": 131072}, 2048), ({"n_positions": 1024}, 1024), ({}, None)])
 def test_serve_caps_the_cpu_context_at_the_models_own(tmp_path, config, expected):
-    from tools.serve import cpu_engine_args  # noqa: PLC0415
+    from harness.serve import cpu_engine_args  # noqa: PLC0415
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert cpu_engine_args(tmp_path, {}).get("max_model_len") == expected

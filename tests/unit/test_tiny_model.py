@@ -1,4 +1,4 @@
-"""The tiny test model built by tools/make_tiny_model.py: determinism, tokenizer, chat template."""
+"""The tiny test model built by harness/tiny_model.py: determinism, tokenizer, chat template."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 transformers = pytest.importorskip("transformers")
 jinja2 = pytest.importorskip("jinja2")
 
-MAKE_TINY_MODEL = Path(__file__).resolve().parents[2] / "tools" / "make_tiny_model.py"
+MAKE_TINY_MODEL = Path(__file__).resolve().parents[2] / "harness" / "tiny_model.py"
 
 BOS = "<|begin_of_text|>"
 EXPECTED_FILES = {

@@ -20,7 +20,7 @@ Usage (NGC tritonserver container, `tritonserver` on PATH; gdb optional):
     python reproduce.py                 # 16 concurrent requests
     python reproduce.py --concurrency 1 # one BLS stream at a time: completes
 Outside a container pass --tritonserver /path/to/tritonserver [--backend-directory DIR].
-In the repository this was written in, tools/tritonlocal.py (pytriton's Triton 2.51)
+In the repository this was written in, harness/server.py (pytriton's Triton 2.51)
 provides the server when present.
 """
 

@@ -44,7 +44,7 @@ Where we differ from vLLM on purpose, nothing is dropped:
 
 `openai_harmony` needs the o200k vocabulary. Upstream `openai-harmony` downloads it at
 first use unless TIKTOKEN_ENCODINGS_BASE names a folder holding `o200k_base.tiktoken`
-(tools/make_o200k_vocab.py writes one); the `oss-harmony` fork that vLLM 0.32 installs
+(harness/o200k.py writes one); the `oss-harmony` fork that vLLM 0.32 installs
 carries it inside, and reads that folder instead when the variable is set.
 """
 
@@ -75,7 +75,7 @@ def harmony_encoding() -> HarmonyEncoding:
     except Exception as error:  # noqa: BLE001 - HarmonyError and friends
         raise RuntimeError(
             f"cannot load the Harmony (o200k) vocabulary: {error}. Offline, point TIKTOKEN_ENCODINGS_BASE at a "
-            "folder holding o200k_base.tiktoken (python tools/make_o200k_vocab.py --out DIR writes one)"
+            "folder holding o200k_base.tiktoken (python harness/o200k.py --out DIR writes one)"
         ) from error
 
 

@@ -25,7 +25,6 @@ from .base import Outputs, error_for, register_transport
 
 log = logging.getLogger(__name__)
 
-KEEPALIVE_S = 10.0
 # Triton's HTTP status for an error -> its error code (2.51 answers 400 for every model error).
 _STATUS_CODES = {404: "NOT_FOUND", 499: "CANCELLED", 500: "INTERNAL", 501: "UNSUPPORTED", 503: "UNAVAILABLE"}
 
@@ -56,7 +55,9 @@ def event_outputs(event: dict, names: list[str]) -> Outputs:
 class HttpTransport:
     """One aiohttp session per model instance, created lazily on the event loop."""
 
-    def __init__(self, url: str, model: str, version: int = -1, headers: dict[str, str] | None = None):
+    def __init__(self, url: str, model: str, version: int = -1, headers: dict[str, str] | None = None,
+                 keepalive_s: float = 2.0):
+        self.keepalive_s = keepalive_s
         versioned = f"{model}/versions/{version}" if version > 0 else model
         self.endpoint = f"http://{url}/v2/models/{versioned}/generate_stream"
         self.headers = {"Content-Type": "application/json", **(headers or {})}
@@ -66,10 +67,11 @@ class HttpTransport:
         if self._session is None:
             import aiohttp  # noqa: PLC0415  (only with this transport)
 
-            # Idle keep-alive connections close after KEEPALIVE_S; a connection given up early
+            # Idle keep-alive connections close after keepalive_s; a connection given up early
             # is closed at once (that is how the request is cancelled).
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
+                connector=aiohttp.TCPConnector(limit=0, **(
+                    {"keepalive_timeout": self.keepalive_s} if self.keepalive_s else {"force_close": True})),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
             )
         return self._session
@@ -147,4 +149,4 @@ class HttpStream:
 @register_transport("http")
 def http_transport(settings) -> HttpTransport:
     return HttpTransport(settings.http_url, settings.target_model, settings.target_model_version,
-                         settings.loopback_header_map)
+                         settings.loopback_header_map, settings.http_keepalive_s)

@@ -2,7 +2,7 @@
 
 Realistic and malformed outputs in every splitting, generated outputs in random splittings
 (hypothesis), and the results of vLLM's own Harmony parsing on the same token ids. The o200k
-vocabulary comes from tools/make_o200k_vocab.py (build/o200k), so nothing is downloaded.
+vocabulary comes from harness/o200k.py (build/o200k), so nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tools import make_o200k_vocab
-from tools.repositories import ROOT
+from harness import o200k as make_o200k_vocab
+from harness.repositories import ROOT
 from tritonchat.parsers import Delta, ReasoningParser, get_reasoning_parser, get_tool_parser
 from tritonchat.parsers.harmony import HarmonyReasoningParser, HarmonyToolParser, function_name
 

@@ -1,5 +1,5 @@
 """Model repositories for local servers: `openai_chat` copies with chosen parameters, the
-stand-in models of `tests/models`, the vLLM model for a model directory. Used by the tests, the
+stand-in models of `harness/models`, the vLLM model for a model directory. Used by the tests, the
 benchmark and the disconnect storm."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tritonchat.repository import set_parameter
 
 ROOT = Path(__file__).resolve().parent.parent
 # The stand-in generation models (scripted, TensorRT-LLM interfaces), kept with the tests.
-STAND_INS = ROOT / "tests" / "models"
+STAND_INS = ROOT / "harness" / "models"
 
 # vLLM engine settings for the tiny model on this machine's CPU.
 TINY_ENGINE_ARGS = {
@@ -37,7 +37,7 @@ def add_chat_model(repo: Path, name: str, source: str = "openai_chat", **paramet
 
 
 def add_test_model(repo: Path, name: str, source: str | None = None) -> Path:
-    """A model from tests/models (`source`, default `name`) under `name`."""
+    """A model from harness/models (`source`, default `name`) under `name`."""
     dst = repo / name
     shutil.copytree(STAND_INS / (source or name), dst, ignore=shutil.ignore_patterns("__pycache__"))
     return dst
@@ -146,3 +146,13 @@ def write_random_lora(base: Path, out: Path, rank: int = 8) -> Path:
     }
     (out / "adapter_config.json").write_text(json.dumps(adapter_config))
     return out
+
+
+def model_targets(repo: Path, name: str) -> list[str]:
+    """The models `name` calls: the `target_model` of a chat or completions model (none for the
+    stand-ins and vLLM models)."""
+    config = repo / name / "config.pbtxt"
+    if not config.is_file():
+        return []
+    found = re.search(r'key:\s*"target_model",\s*value:\s*\{\s*string_value:\s*"([^"]+)"', config.read_text())
+    return [found.group(1)] if found else []

@@ -23,7 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build"
-LOCAL_VLLM_BACKEND = ROOT / "tools" / "local_vllm_backend" / "model.py"
+LOCAL_VLLM_BACKEND = ROOT / "harness" / "local_vllm_backend" / "model.py"
 
 
 def pytriton_dir() -> Path:
@@ -108,6 +108,9 @@ class TritonServer:
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen | None = None
+    # Explicit model control: the server starts with no model, and `load` loads what is asked for.
+    explicit: bool = False
+    loaded: set[str] = field(default_factory=set)
 
     @property
     def http_url(self) -> str:
@@ -134,6 +137,7 @@ class TritonServer:
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
             f"--exit-timeout-secs={self.exit_timeout_s}",
+            *(["--model-control-mode=explicit"] if self.explicit else []),
             *self.extra_args,
         ]
 
@@ -162,6 +166,41 @@ class TritonServer:
                 pass
             time.sleep(0.5)
         raise TimeoutError(f"tritonserver not ready after {timeout:.0f}s{self._log_tail()}")
+
+    def load(self, *names: str, timeout: float = 600.0) -> None:
+        """Loads `names` and the models they call (their `target_model`, read from the
+        repository), callees first, each once; models of one round load at the same time."""
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+        from harness.repositories import model_targets  # noqa: PLC0415
+
+        rounds: list[list[str]] = []
+        wanted = [name for name in names if name not in self.loaded]
+        seen: set[str] = set()
+        while wanted:
+            rounds.insert(0, [name for name in dict.fromkeys(wanted) if name not in seen])
+            seen.update(wanted)
+            wanted = [t for name in wanted for t in model_targets(self.model_repository, name)
+                      if t not in self.loaded and t not in seen]
+        for batch in rounds:
+            batch = [name for name in batch if name not in self.loaded]
+            if not batch:
+                continue
+            with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+                failures = [error for error in pool.map(lambda name: self._load_one(name, timeout), batch) if error]
+            if failures:
+                raise RuntimeError("; ".join(failures) + self._log_tail())
+
+    def _load_one(self, name: str, timeout: float) -> str | None:
+        request = urllib.request.Request(f"http://{self.http_url}/v2/repository/models/{name}/load", data=b"{}",
+                                         method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout):
+                pass
+        except urllib.error.HTTPError as error:
+            return f"loading {name} failed: {error.read().decode(errors='replace')}"
+        self.loaded.add(name)
+        return None
 
     def _log_tail(self) -> str:
         if not self.log_path or not Path(self.log_path).exists():

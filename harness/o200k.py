@@ -1,6 +1,6 @@
 """Write the o200k vocabulary that `openai_harmony` needs, without a download.
 
-    python tools/make_o200k_vocab.py [--out DIR] [--source FILE]
+    python harness/o200k.py [--out DIR] [--source FILE]
 
 `openai_harmony` (the gpt-oss output format library that vLLM uses) fetches its
 o200k_base vocabulary from the internet the first time it is used, unless the environment
@@ -9,7 +9,7 @@ This script writes that file from the copy of the same ranks that the `quicktok-
 package ships (`quicktok/data/o200k.vocab`), so gpt-oss parsing works offline and in
 air-gapped deployments:
 
-    python tools/make_o200k_vocab.py --out build/o200k
+    python harness/o200k.py --out build/o200k
     export TIKTOKEN_ENCODINGS_BASE=$PWD/build/o200k
 
 quicktok's file is a little-endian u32 token count, then per token a u16 length, the

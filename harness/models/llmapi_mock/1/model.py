@@ -6,7 +6,7 @@ and the LLM API's `CompletionOutput` (tensorrt_llm/executor/result.py). What it 
 chosen by the test: the prompt may contain `SCRIPT:` and a JSON object on the rest of the line,
 with the keys of the TensorRT-LLM stand-ins (text, ids, chunks, repeat, finish, interval_ms,
 first_delay_ms, error_after, error_message, hang_after, hang_s, samples, echo_request; see
-tests/models/tensorrt_llm_mock/1/model.py). The tokenizer is the one `model` names in
+harness/models/tensorrt_llm_mock/1/model.py). The tokenizer is the one `model` names in
 1/model.yaml.
 
 Configuration, as the real model: `auto_complete_config` sets `max_batch_size` and the

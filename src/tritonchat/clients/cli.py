@@ -9,6 +9,9 @@ Reasoning (from a reasoning parser) is printed apart from the answer, dimmed on 
 marked `[reasoning]`; tool calls are printed as `[tool call] name({...})`. In interactive mode
 Ctrl-C stops the answer being written (the request is cancelled) and Ctrl-D or `/exit` leaves;
 `/reset` forgets the conversation.
+
+Needs the `client` extra (`openai`; `--protocol grpc` also the `grpc` extra); without it the
+command says which extra to install and exits with status 1.
 """
 
 from __future__ import annotations
@@ -16,11 +19,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import openai
+from .extras import require
 
-from .client import TritonChat
+if TYPE_CHECKING:
+    from .chat import TritonChat
 
 DIM, RESET = "\033[2m", "\033[0m"
 
@@ -150,6 +154,8 @@ class _Buffer:
 
 
 def interactive(client: TritonChat, args, out: TextIO) -> int:
+    import openai  # noqa: PLC0415  (the `client` extra, checked by `main`)
+
     history: list[dict] = [{"role": "system", "content": args.system}] if args.system else []
     system = list(history)
     out.write("tritonchat: Ctrl-C stops an answer, Ctrl-D or /exit leaves, /reset starts over.\n")
@@ -188,7 +194,7 @@ def interactive(client: TritonChat, args, out: TextIO) -> int:
             history.append(message)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tritonchat", description="Chat with openai_chat on a Triton server.")
     commands = parser.add_subparsers(dest="command", required=True)
     chat = commands.add_parser("chat", help="one answer, or an interactive conversation without a prompt")
@@ -207,7 +213,18 @@ def main(argv: list[str] | None = None) -> int:
     chat.add_argument("--tools", help="a JSON file with the `tools` list")
     chat.add_argument("--body", help="more request fields, as a JSON object")
     chat.add_argument("--json", action="store_true", help="print the raw chunks, one JSON object per line")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    require("client", "tritonchat")
+    if args.protocol == "grpc":
+        require("grpc", "tritonchat --protocol grpc")
+    import openai  # noqa: PLC0415  (the `client` extra)
+
+    from .chat import TritonChat  # noqa: PLC0415
+
     args.color = sys.stdout.isatty()
     url = args.url or ("localhost:8001" if args.protocol == "grpc" else "localhost:8000")
     out = sys.stdout
