@@ -19,6 +19,8 @@ import sys
 import time
 import urllib.request
 
+from tritonchat.sse import data_of
+
 
 def chat_body(max_tokens: int, content: str = "Tell me a long story.") -> bytes:
     request = {
@@ -59,13 +61,14 @@ async def one_stream(session, url: str, body: bytes, drop_after: int | None, tim
                     response.close()
                     return "dropped"
                 async for line in response.content:
-                    if not line.startswith(b"data: "):
+                    payload = data_of(line)
+                    if payload is None:
                         continue
                     events += 1
                     now = time.monotonic()
                     longest, last = max(longest, now - last), now
-                    if b'"error"' in line[:20]:
-                        seen.append(f"after {events - 1} events: {line[:300].decode(errors='replace')}")
+                    if payload.startswith(b'{"error"'):
+                        seen.append(f"after {events - 1} events: {payload[:300].decode(errors='replace')}")
                         return "error"
                     if drop_after is not None and events >= drop_after:
                         response.close()  # drops the connection mid-stream

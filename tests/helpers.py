@@ -8,6 +8,8 @@ from pathlib import Path
 
 import requests
 
+from tritonchat.sse import events
+
 from harness.repositories import ROOT  # noqa: F401  (tests find the project from here)
 
 
@@ -78,9 +80,8 @@ class ChatClient:
 
 
 def iter_sse(response):
-    for line in response.iter_lines(decode_unicode=False):
-        if line.startswith(b"data: "):
-            yield json.loads(line[len(b"data: ") :])
+    """The JSON value of each server-sent event of a `requests` streaming response."""
+    return events(response.iter_lines(decode_unicode=False))
 
 
 def parse_error(message: str) -> dict:

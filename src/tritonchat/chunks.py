@@ -12,6 +12,7 @@ every chunk is serialized once per request.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,16 +20,26 @@ from .formats import GenerationOutput, TokenLogprob
 from .choice_text import ChoiceText
 from .parsers.base import Delta, ToolCall, ToolCallDelta
 
+log = logging.getLogger(__name__)
 _dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
-FINISH_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "content_filter": "content_filter"}
+FINISH_REASONS = ("stop", "length", "tool_calls", "content_filter")
+_unknown_reasons_seen: set[str] = set()
 
 TokenBytesFn = Callable[[int, str], list[int]]
 
 
 def openai_finish_reason(engine_reason: str | None) -> str:
-    """The engine's finish reason as OpenAI names it. The engine ending a stream without one means `stop`."""
-    return FINISH_REASONS.get(engine_reason or "stop", "stop")
+    """The engine's finish reason as OpenAI names it. The engine ending a stream without one means
+    `stop`; a reason OpenAI does not have (vLLM's `abort`) is passed on as it is, as vLLM's own
+    server does, never passed off as `stop` (and logged, once per reason)."""
+    if not engine_reason:
+        return "stop"
+    if engine_reason not in FINISH_REASONS and engine_reason not in _unknown_reasons_seen:
+        _unknown_reasons_seen.add(engine_reason)
+        log.warning("the generation model finished a choice with %r, which OpenAI's API does not have; "
+                    "passed on as it is", engine_reason)
+    return engine_reason
 
 
 def _utf8(token_id: int, text: str) -> list[int]:

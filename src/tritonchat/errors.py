@@ -14,6 +14,10 @@ import json
 _UNSET = object()
 
 
+class ConfigError(ValueError):
+    """A configuration mistake; raised at model load so the model fails to load with a clear message."""
+
+
 class OpenAIError(Exception):
     """An error to report to the client as an OpenAI error object."""
 

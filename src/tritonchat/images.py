@@ -102,12 +102,18 @@ def model_has_vision(model_dir: str | Path) -> bool | None:
 def load_images(request: ChatCompletionRequest, policy: ImagePolicy) -> list[ImageFile]:
     """Every image of the request, decoded or fetched and checked, in prompt order; a 400 naming
     `messages` for the first that is refused."""
+    return [load_image(url, policy, where) for where, url in image_urls(request, policy)]
+
+
+def image_urls(request: ChatCompletionRequest, policy: ImagePolicy) -> list[tuple[str, str]]:
+    """(where, url) of every image of the request, in prompt order, or a 400 naming `messages`
+    when there are more than the policy allows."""
     parts = image_parts(request)
     if policy.max_images and len(parts) > policy.max_images:
         raise BadRequestError(
             f"'messages' holds {len(parts)} images; this server allows at most {policy.max_images} (max_images).",
             param="messages")
-    return [load_image(part.image_url.url, policy, where) for where, part in parts]
+    return [(where, part.image_url.url) for where, part in parts]
 
 
 def load_image(url: str, policy: ImagePolicy, where: str = "messages") -> ImageFile:

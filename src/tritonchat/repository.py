@@ -16,6 +16,9 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
 
 CHAT_MODELS = ("openai_chat", "openai_completions")
 
@@ -139,3 +142,49 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def first_value(value):
+    """The first element of a list (None when empty), or the value itself."""
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def read_target_engine_args(model_dir: Path | None, target: str, version: int) -> tuple[dict[str, Any], Path | None]:
+    """The target model's `model.json` (vLLM engine arguments) and its version directory."""
+    if model_dir is None:
+        return {}, None
+    target_dir = model_dir.parent / target
+    if not target_dir.is_dir():
+        return {}, None
+    if version > 0:
+        version_dir = target_dir / str(version)
+    else:
+        versions = sorted((int(p.name) for p in target_dir.iterdir() if p.is_dir() and p.name.isdigit()), reverse=True)
+        if not versions:
+            return {}, None
+        version_dir = target_dir / str(versions[0])
+    path = version_dir / "model.json"
+    if not path.is_file():
+        return {}, version_dir
+    try:
+        return json.loads(path.read_text()), version_dir
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
+
+
+def read_lora_adapters(engine_args: dict[str, Any], version_dir: Path | None) -> tuple[str, ...]:
+    """Adapter names of a vLLM model with LoRA enabled: the keys of its `multi_lora.json`."""
+    enabled = engine_args.get("enable_lora")
+    if isinstance(enabled, str):
+        enabled = enabled.lower() == "true"
+    if not enabled or version_dir is None:
+        return ()
+    path = version_dir / "multi_lora.json"
+    if not path.is_file():
+        return ()
+    try:
+        return tuple(json.loads(path.read_text()))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from None

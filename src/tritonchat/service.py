@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from . import __version__
 from .errors import BadRequestError
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat, TargetCall
-from .images import ImagePolicy, count_images, load_images, model_has_vision
+from .images import ImageFile, ImagePolicy, count_images, load_images, model_has_vision
 from .parsers import get_reasoning_parser, get_tool_parser
 from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
@@ -42,6 +42,17 @@ class Reading:
     builder_args: dict
     structured: dict | None = None
     sampling: dict | None = None
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A request that passed every check that needs no image (see `Service.stage`)."""
+
+    request: ChatCompletionRequest | CompletionRequest
+    asked: GenerationRequest
+    prompt: Prompt
+    request_id: str
+    image_count: int
 
 
 @dataclass
@@ -110,7 +121,15 @@ class Service:
             structured_outputs_key=settings.structured_outputs_key)
 
     def prepare(self, body: str | bytes, request_id: str = "") -> PreparedRequest:
-        """Parse, check, render and plan one request; raises `OpenAIError` for what is refused."""
+        """Parse, check, render and plan one request; raises `OpenAIError` for what is refused.
+        (`stage`, then the images loaded here, then `complete`: a caller that fetches images
+        elsewhere, not to hold a worker thread while they download, calls those two itself.)"""
+        staged = self.stage(body, request_id)
+        images = load_images(staged.request, self.image_policy) if staged.image_count else None
+        return self.complete(staged, images)
+
+    def stage(self, body: str | bytes, request_id: str = "") -> Staged:
+        """The checks that need no image: parse, this server's policy, the chat template."""
         if len(body) > self.settings.max_request_bytes:
             raise BadRequestError(
                 f"The request body has {len(body)} bytes; this server takes at most "
@@ -119,8 +138,14 @@ class Service:
         request = self.parse(body)
         asked = self.check_policy(request)
         prompt = self.render(request)
-        if count_images(request):  # read after the cheaper checks and the template accepted them
-            asked = replace(asked, images=tuple(image.data for image in load_images(request, self.image_policy)))
+        return Staged(request, asked, prompt, request_id, count_images(request))
+
+    def complete(self, staged: Staged, images: list[ImageFile] | None = None) -> PreparedRequest:
+        """The rest of `prepare`, with the request's images (read after the cheaper checks and the
+        template accepted them)."""
+        request, asked, prompt, request_id = staged.request, staged.asked, staged.prompt, staged.request_id
+        if images:
+            asked = replace(asked, images=tuple(image.data for image in images))
         reading = self.reading(request, prompt)
         generations = plan_generations(asked, request, prompt, self.limits, reading.structured, reading.sampling)
         if reading.structured or reading.sampling:  # what tool_choice and the parsers add must suit the target too

@@ -13,16 +13,14 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .errors import ConfigError
 from .parsers.base import get_reasoning_parser, get_tool_parser
+from .repository import first_value, read_lora_adapters, read_target_engine_args
 
 log = logging.getLogger(__name__)
 
 REQUEST_FORMATS = ("vllm", "trtllm", "tensorrt_llm", "llmapi")
 TRANSPORTS = ("http", "grpc", "bls")
-
-
-class ConfigError(ValueError):
-    """A configuration mistake; raised at model load so the model fails to load with a clear message."""
 
 
 def setting(default: Any, meaning: str, choices: tuple[str, ...] = (), user: bool = False):
@@ -283,7 +281,7 @@ class Settings:
                 "no tokenizer: set the 'tokenizer' parameter, or serve a vLLM target model whose "
                 "model.json names its model in the same repository"
             )
-        served = self.served_model_name or _first(engine_args.get("served_model_name")) or engine_args.get("model")
+        served = self.served_model_name or first_value(engine_args.get("served_model_name")) or engine_args.get("model")
         if not served:
             served = self.target_model
         max_len = self.max_model_len or int(engine_args.get("max_model_len") or 0)
@@ -343,51 +341,6 @@ def markdown_table() -> str:
         value = config_value(spec)
         lines.append(f"| `{spec.name}` | {f'`{value}`' if value else 'empty'} | {spec.metadata['meaning']} |")
     return "\n".join(lines) + "\n"
-
-
-def _first(value):
-    if isinstance(value, list):
-        return value[0] if value else None
-    return value
-
-
-def read_target_engine_args(model_dir: Path | None, target: str, version: int) -> tuple[dict[str, Any], Path | None]:
-    """The target model's `model.json` (vLLM engine arguments) and its version directory."""
-    if model_dir is None:
-        return {}, None
-    target_dir = model_dir.parent / target
-    if not target_dir.is_dir():
-        return {}, None
-    if version > 0:
-        version_dir = target_dir / str(version)
-    else:
-        versions = sorted((int(p.name) for p in target_dir.iterdir() if p.is_dir() and p.name.isdigit()), reverse=True)
-        if not versions:
-            return {}, None
-        version_dir = target_dir / str(versions[0])
-    path = version_dir / "model.json"
-    if not path.is_file():
-        return {}, version_dir
-    try:
-        return json.loads(path.read_text()), version_dir
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
-
-
-def read_lora_adapters(engine_args: dict[str, Any], version_dir: Path | None) -> tuple[str, ...]:
-    """Adapter names of a vLLM model with LoRA enabled: the keys of its `multi_lora.json`."""
-    enabled = engine_args.get("enable_lora")
-    if isinstance(enabled, str):
-        enabled = enabled.lower() == "true"
-    if not enabled or version_dir is None:
-        return ()
-    path = version_dir / "multi_lora.json"
-    if not path.is_file():
-        return ()
-    try:
-        return tuple(json.loads(path.read_text()))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path} is not valid JSON: {exc}") from None
 
 
 def flatten_parameters(model_config: dict) -> dict[str, str]:

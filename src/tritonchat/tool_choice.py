@@ -90,19 +90,17 @@ class RequiredToolParser(ToolParser):
 
 
 class FirstCallOnly(ToolParser):
-    """`parallel_tool_calls: false` in `auto` mode: keep the first call a parser finds."""
+    """`parallel_tool_calls: false` in `auto` mode: keep the first call a parser finds. A wrapper:
+    all state is the inner parser's, and `calls` is a read-only view of its first call."""
 
-    def __init__(self, inner: ToolParser):
-        super().__init__(inner.tools)
+    def __init__(self, inner: ToolParser):  # noqa: the base initializer would set state kept in `inner`
         self.inner = inner
+        self.tools = inner.tools
+        self.needs_special_tokens = inner.needs_special_tokens
 
     @property
     def calls(self):  # type: ignore[override]
         return self.inner.calls[:1]
-
-    @calls.setter
-    def calls(self, value) -> None:  # the base class assigns it once
-        pass
 
     def feed(self, text: str) -> Delta:
         return self._first(self.inner.feed(text))

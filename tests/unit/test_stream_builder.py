@@ -66,7 +66,7 @@ def test_completion():
 def test_finish_reasons():
     assert openai_finish_reason("length") == "length"
     assert openai_finish_reason(None) == "stop"
-    assert openai_finish_reason("abort") == "stop"
+    assert openai_finish_reason("abort") == "abort"  # passed on, as vLLM's server does; never made "stop"
 
 
 def test_merge_keeps_order_and_sums():

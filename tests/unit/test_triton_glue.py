@@ -354,3 +354,51 @@ def test_an_instance_at_its_limit_refuses_at_once(stub_factory):
     again = fakes.Request(chat())
     stub.execute(again)
     assert not again.sender.errors()  # the served requests gave their places back
+
+
+def test_slow_image_urls_do_not_hold_up_other_requests(stub_factory, tmp_path, tiny_model):
+    """Six requests whose image URL does not answer yet, then a text-only request: the text-only
+    one is answered while the downloads wait (they do not hold the threads that prepare requests),
+    and the six are answered once their images arrive."""
+    import http.server  # noqa: PLC0415
+
+    from tests.vision import image_bytes, image_part, vision_tokenizer  # noqa: PLC0415
+
+    release, arrived = threading.Event(), []
+    png = image_bytes("PNG")
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            arrived.append(self.path)
+            release.wait(20)
+            self.send_response(200)
+            self.send_header("Content-Type", "image/png")
+            self.send_header("Content-Length", str(len(png)))
+            self.end_headers()
+            self.wfile.write(png)
+
+        def log_message(self, *args):
+            pass
+
+    images = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=images.serve_forever, daemon=True).start()
+    prefix = f"http://127.0.0.1:{images.server_address[1]}/"
+    try:
+        stub = stub_factory(hello, tokenizer=str(vision_tokenizer(tiny_model, tmp_path / "vision")),
+                            image_url_allowlist=prefix, image_fetch_timeout_s="20")
+        slow = [fakes.Request(json.dumps({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"}, image_part(f"{prefix}{i}.png")]}]})) for i in range(6)]
+        stub.model.execute(slow)
+        deadline = time.monotonic() + 10
+        while len(arrived) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        text = fakes.Request(chat())
+        stub.model.execute([text])
+        assert text.sender.final.wait(5), "a text-only request waited for other requests' images"
+        assert not any(request.sender.final.is_set() for request in slow)
+        release.set()
+        for request in slow:
+            assert request.sender.final.wait(10) and not request.sender.errors()
+    finally:
+        release.set()
+        images.shutdown()

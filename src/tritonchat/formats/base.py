@@ -95,16 +95,16 @@ class FormatOptions:
     # The target's input names once read from the server (see target.py); None: not known,
     # so every input is assumed to exist.
     target_inputs: frozenset[str] | None = None
-
-    def takes(self, name: str) -> bool:
-        """Whether the target has the input `name` (assumed while its interface is unknown)."""
-        return bool(name) and (self.target_inputs is None or name in self.target_inputs)
+    # `tensorrt_llm` / `trtllm`: adapter name -> LoRA task id.
     lora_task_ids: dict[str, int] = field(default_factory=dict)
     # `llmapi`: adapter name -> its path on the server's file system.
     lora_paths: dict[str, str] = field(default_factory=dict)
     # Whether the target is decoupled (may stream); assumed until its configuration is read.
     target_decoupled: bool = True
 
+    def takes(self, name: str) -> bool:
+        """Whether the target has the input `name` (assumed while its interface is unknown)."""
+        return bool(name) and (self.target_inputs is None or name in self.target_inputs)
 
 def string_tensor(value: str) -> np.ndarray:
     """A one-element BYTES tensor without a batch dimension."""

@@ -183,7 +183,7 @@ class LlmApiDecoder(Decoder):
                 self.stops.flush()  # the engine matched that stop string: what was held back is its beginning
             else:
                 out.text += self.stops.flush()
-            out.finish_reason = _FINISH_REASONS.get(reason, "stop")
+            out.finish_reason = _FINISH_REASONS.get(reason, reason)
         if self.stops.matched:
             out.finish_reason = "stop"
         if out.finish_reason is not None:

@@ -24,6 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..errors import InternalError, OpenAIError, UnavailableError
+from ..images import image_urls, load_image
 from ..sender import RequestState, Sender, pump
 from ..service import ChatService, CompletionService, Service
 from ..settings import Settings, flatten_parameters
@@ -72,6 +73,9 @@ class OpenAIModel:
         settings = Settings.from_parameters(flatten_parameters(model_config), args.get("model_repository"))
         self.service = self.service_class(settings)
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-prepare")
+        # Image downloads wait on the network, not the CPU: their own threads, so slow image URLs
+        # never hold the threads that prepare other requests (made when first needed).
+        self.fetch_pool: ThreadPoolExecutor | None = None
         self.loop = asyncio.new_event_loop()
         self.metrics = TritonMetrics(self.model_name, self.loop) if settings.metrics else None
         self.sender = Sender(
@@ -177,7 +181,9 @@ class OpenAIModel:
         body = request_body(request)
         loop = asyncio.get_running_loop()
         await self._learn_target(loop)
-        prepared = await loop.run_in_executor(self.pool, self.service.prepare, body, request.request_id())
+        staged = await loop.run_in_executor(self.pool, self.service.stage, body, request.request_id())
+        images = await self._load_images(loop, staged) if staged.image_count else None
+        prepared = await loop.run_in_executor(self.pool, self.service.complete, staged, images)
         opened = await asyncio.gather(*(self.transport.open(call) for call in prepared.calls), return_exceptions=True)
         failed = [result for result in opened if isinstance(result, BaseException)]
         if failed:
@@ -203,6 +209,15 @@ class OpenAIModel:
         for index, (stream, decoder) in enumerate(zip(opened, prepared.decoders)):
             self._spawn(pump(self.sender, state, index, stream, decoder))
 
+    async def _load_images(self, loop, staged) -> list:
+        """The request's images, each read on a thread of the fetch pool, all at once."""
+        if self.fetch_pool is None:
+            self.fetch_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="chat-fetch")
+        policy = self.service.image_policy
+        return list(await asyncio.gather(*(
+            loop.run_in_executor(self.fetch_pool, load_image, url, policy, where)
+            for where, url in image_urls(staged.request, policy))))
+
     def finalize(self) -> None:
         self.sender.stop()
         if self.loop.is_running():
@@ -213,6 +228,8 @@ class OpenAIModel:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._loop_thread.join(timeout=5)
         self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.fetch_pool is not None:
+            self.fetch_pool.shutdown(wait=False, cancel_futures=True)
         log.info("%s finalized (%d requests still open)", self.model_name, self.sender.open_requests)
 
 

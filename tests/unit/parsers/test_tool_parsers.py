@@ -82,8 +82,10 @@ def test_realistic_output_in_every_splitting(parser_name: str, sample: Sample):
     "parser_name, sample", JSON_FORMAT_SAMPLES, ids=[f"{name}: {sample}" for name, sample in JSON_FORMAT_SAMPLES]
 )
 def test_arguments_are_never_ahead_of_the_model(parser_name: str, sample: Sample):
-    """Nothing is autocompleted: what was sent of a call's arguments is always text the model already wrote."""
-    arguments_fed_by_character(get_tool_parser(parser_name)(), sample.text)
+    """Nothing is autocompleted: what was sent of a call's arguments is always text the model already
+    wrote, and once fed whole it is each call's arguments exactly."""
+    sent = arguments_fed_by_character(get_tool_parser(parser_name)(), sample.text)
+    assert sent == {index: arguments for index, (_name, arguments) in enumerate(sample.calls)}
 
 
 def feed_each(parser_name: str, pieces: list[str]) -> list[Delta]:
