@@ -6,6 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MODEL ?=
 SERVED_MODEL_NAME ?=
+# openai_chat / openai_completions parameters for `make serve`, e.g. "tool_call_parser=hermes reasoning_parser=qwen3".
+CHAT_PARAMETERS ?=
 PYTEST_ARGS ?=
 ENV_STAMP := $(VENV)/.ready-$(shell cat requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh | sha1sum | cut -c1-12)
 TINY_MODEL := build/tiny-chat
@@ -30,7 +32,8 @@ $(O200K): $(ENV_STAMP) harness/o200k.py
 	$(PY) harness/o200k.py --out $(@D)
 
 serve: setup
-	$(PY) tools/serve.py $(if $(MODEL),--model $(MODEL)) $(if $(SERVED_MODEL_NAME),--served-model-name $(SERVED_MODEL_NAME))
+	$(PY) tools/serve.py $(if $(MODEL),--model $(MODEL)) $(if $(SERVED_MODEL_NAME),--served-model-name $(SERVED_MODEL_NAME)) \
+		$(foreach p,$(CHAT_PARAMETERS),--chat-parameter $(p))
 
 # The OpenAI-compatible gateway on port 9000, in front of the server `make serve` runs.
 GATEWAY_ARGS ?=

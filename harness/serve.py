@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.server import BUILD, ROOT, TritonServer  # noqa: E402
 from tritonchat.repository import config_context_length, parse_engine_arg, prepare_repository  # noqa: E402
+from tritonchat.settings import ConfigError, check_parameters  # noqa: E402
 
 TINY_MODEL = BUILD / "tiny-chat"
 # Engine settings that work for vLLM's CPU build (see docs/deployment.md, "Serving a real model locally").
@@ -35,7 +36,14 @@ def cpu_engine_args(model: Path, overrides: dict) -> dict:
     return {**args, **overrides}
 
 
-def main() -> None:
+def chat_parameter(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value.strip()
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default=str(TINY_MODEL), help="Hugging Face model directory")
     parser.add_argument("--served-model-name", help="name clients send as 'model' (default: tiny-chat or the directory name)")
@@ -43,13 +51,25 @@ def main() -> None:
     parser.add_argument("--http-port", type=int, default=8000)
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
+    parser.add_argument("--chat-parameter", action="append", default=[], type=chat_parameter, metavar="KEY=VALUE",
+                        help="a parameter of openai_chat and openai_completions (docs/configuration.md), e.g. "
+                             "tool_call_parser=hermes; repeatable")
     parser.add_argument("--repository", type=Path, default=BUILD / "serve_repository",
                         help="where the runnable model repository is written")
-    args = parser.parse_args()
+    return parser
 
+
+def prepare(args: argparse.Namespace) -> tuple[Path, str, Path]:
+    """Writes the repository `args` describe: (repository, served model name, model directory).
+    Exits with a message naming what is wrong (not a model directory, a bad chat parameter)."""
     model = Path(args.model).resolve()
     if not (model / "config.json").is_file():
         sys.exit(f"{model} is not a Hugging Face model directory (no config.json)")
+    chat = dict(args.chat_parameter)
+    try:
+        check_parameters(chat)
+    except ConfigError as error:
+        sys.exit(f"--chat-parameter: {error}")
     served = args.served_model_name or ("tiny-chat" if model == TINY_MODEL.resolve() else model.name)
     repo = prepare_repository(
         ROOT / "model_repository",
@@ -57,8 +77,14 @@ def main() -> None:
         model=str(model),
         served_model_name=served,
         engine_args=cpu_engine_args(model, dict(args.engine_arg)),
-        chat_parameters={"http_url": f"localhost:{args.http_port}", "grpc_url": f"localhost:{args.grpc_port}"},
+        chat_parameters={"http_url": f"localhost:{args.http_port}", "grpc_url": f"localhost:{args.grpc_port}", **chat},
     )
+    return repo, served, model
+
+
+def main() -> None:
+    args = parser().parse_args()
+    repo, served, model = prepare(args)
     server = TritonServer(repo, args.http_port, args.grpc_port, args.metrics_port)
     # SIGTERM (docker stop, systemd, kill) ends the server like Ctrl-C: the handler only
     # interrupts whatever the main thread waits in, and `finally` stops everything.

@@ -77,6 +77,9 @@ class Service:
     """What the chat and completions services share."""
 
     id_prefix = ""
+    # The completion budget of a request that sets none, where `default_max_tokens` is 0
+    # (0: whatever fits in the context).
+    default_budget = 0
 
     def __init__(self, settings: Settings, tokenizer=None):
         check_special_tokens(settings)
@@ -86,7 +89,7 @@ class Service:
         self.token_bytes = TokenBytes(tokenizer)
         self.limits = Limits(
             context_length=settings.max_model_len or context_length(settings.tokenizer, tokenizer),
-            default_max_tokens=settings.default_max_tokens,
+            default_max_tokens=settings.default_max_tokens or self.default_budget,
         )
         self.names = ModelNames(settings.served_model_name, settings.lora_separator, settings.lora_adapters)
         self.format: RequestFormat = FORMATS[settings.request_format](
@@ -297,6 +300,7 @@ class CompletionService(Service):
 
     id_prefix = "cmpl-"
     builder_class = CompletionResponseBuilder
+    default_budget = 16  # as OpenAI's and vLLM's Completions (vLLM: CompletionRequest.max_tokens = 16)
 
     def parse(self, body: str | bytes) -> CompletionRequest:
         return parse_completion_request(body)

@@ -7,6 +7,7 @@ tokenizer and chat template), the served model name and the context length.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from dataclasses import dataclass, field, fields, replace
@@ -89,7 +90,9 @@ class Settings:
     max_model_len: int = setting(
         0, "context length; 0: `model.json` `max_model_len`, else the model's config.json", user=True
     )
-    default_max_tokens: int = setting(0, "completion budget when a request sets none; 0: whatever fits in the context")
+    default_max_tokens: int = setting(
+        0, "completion budget when a request sets none; 0: whatever fits in the context for Chat Completions, 16 for "
+        "(legacy) Completions, as OpenAI and vLLM")
     chat_template_content_format: str = setting(
         "auto",
         "message content as a `string` or as OpenAI parts (`openai`); `auto` reads the template",
@@ -313,6 +316,19 @@ def _convert(spec, raw: str) -> Any:
     if choices and value not in choices:
         raise ConfigError(f"parameter {spec.name!r} must be one of {', '.join(choices)}; got {raw!r}")
     return value
+
+
+def check_parameters(parameters: dict[str, str]) -> None:
+    """For tools that set chat model parameters by hand (`make serve --chat-parameter`): an unknown
+    key or a value the model would refuse is a ConfigError naming the parameter (unlike a
+    config.pbtxt, which may carry parameters meant for others)."""
+    known = [spec.name for spec in parameter_fields()]
+    for key in parameters:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else " (see docs/configuration.md)"
+            raise ConfigError(f"unknown chat model parameter {key!r}{hint}")
+    Settings.from_parameters({"tokenizer": "-", **parameters}, None)
 
 
 def config_value(spec) -> str:

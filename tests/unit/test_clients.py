@@ -213,6 +213,16 @@ def test_a_refused_stream_raises_from_create(triton):
     assert info.value.body["param"] == "top_p"
 
 
+def test_an_error_before_the_stream_as_an_event_is_the_models_error(triton):
+    """Triton 2.51's generate_stream answers an error that comes before any response with its
+    status and the error as an event: it reads as the model's error, not as a 500."""
+    message = error_message(BadRequestError("Invalid value for 'temperature'", param="temperature"))
+    triton.answer = lambda *_: (400, "text/event-stream", "data: " + json.dumps({"error": message}) + "\n\n")
+    with TritonChat("localhost:8000") as client, pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(model="m", messages=[], stream=True)
+    assert info.value.status_code == 400 and info.value.body["param"] == "temperature"
+
+
 def test_async_triton_chat(triton):
     async def run():
         async with AsyncTritonChat("localhost:8000") as client:

@@ -146,3 +146,27 @@ def test_generation_eos_ids(tmp_path, generation, expected):
     (tmp_path / "generation_config.json").write_text(json.dumps(generation))
     assert generation_eos_ids(tmp_path) == expected
     assert generation_eos_ids(tmp_path / "missing") == []
+
+
+def test_serve_takes_chat_parameters_and_names_a_typo(tmp_path, tiny_model):
+    """`make serve CHAT_PARAMETERS=...` / `tools/serve.py --chat-parameter`: the parameters land in
+    both chat models' config.pbtxt; an unknown key or a bad value stops it with a message naming
+    the parameter."""
+    from harness.serve import parser, prepare  # noqa: PLC0415
+
+    def args(*chat):
+        return parser().parse_args(["--model", str(tiny_model), "--repository", str(tmp_path / "r"),
+                                    *[item for pair in chat for item in ("--chat-parameter", pair)]])
+
+    repo, served, _model = prepare(args("tool_call_parser=hermes", "reasoning_parser=qwen3"))
+    assert served == "tiny-chat"
+    for name in ("openai_chat", "openai_completions"):
+        config = (repo / name / "config.pbtxt").read_text()
+        assert 'key: "tool_call_parser", value: { string_value: "hermes" }' in config
+        assert 'key: "reasoning_parser", value: { string_value: "qwen3" }' in config
+    for typo, named in (("tool_parser=hermes", "'tool_parser'; did you mean 'tool_call_parser'?"),
+                        ("tool_call_parser=nosuch", "tool_call_parser"), ("stream_interval=0", "stream_interval"),
+                        ("max_n=many", "max_n")):
+        with pytest.raises(SystemExit) as stopped:
+            prepare(args(typo))
+        assert named in str(stopped.value) and str(stopped.value).startswith("--chat-parameter:")

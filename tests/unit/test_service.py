@@ -158,3 +158,16 @@ def test_the_stream_interval_parameter_must_be_at_least_one(tiny_model):
 
     with pytest.raises(ConfigError, match="stream_interval"):
         Settings.from_parameters({"tokenizer": str(tiny_model), "stream_interval": "0"}, None)
+
+
+def test_completions_default_to_16_tokens_and_chat_to_what_fits(settings, tokenizer):
+    """OpenAI's and vLLM's defaults: a Completions request without max_tokens gets 16; a chat
+    request without a budget gets the rest of the context; `default_max_tokens` overrides both."""
+    completion = CompletionService(settings, tokenizer).prepare(json.dumps({"prompt": "Once upon a time"}))
+    assert completion.generations[0].max_tokens == 16
+    whole = ChatService(settings, tokenizer).prepare(body())
+    assert whole.generations[0].max_tokens > 16
+    assert whole.generations[0].max_tokens + whole.prompt.num_tokens == ChatService(settings, tokenizer).limits.context_length
+    configured = replace(settings, default_max_tokens=40)
+    assert CompletionService(configured, tokenizer).prepare(json.dumps({"prompt": "Once"})).generations[0].max_tokens == 40
+    assert ChatService(configured, tokenizer).prepare(body()).generations[0].max_tokens == 40

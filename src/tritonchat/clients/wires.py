@@ -63,8 +63,12 @@ def _json(content: bytes) -> Any:
 
 
 def _error_message(content: bytes) -> str:
-    """The error message of an error answer (`{"error": "..."}`; anything else is taken as it is)."""
+    """The error message of an error answer: `{"error": "..."}`, or that as an event (`data: {...}`,
+    as Triton 2.51's `generate_stream` answers an error that comes before any response, with the
+    error's status); anything else is taken as it is."""
     data = _json(content)
+    if data is None and content.lstrip().startswith(b"data:"):
+        data = next(events(content.splitlines()), None)
     if isinstance(data, dict) and "error" in data:
         return data["error"]
     return content.decode("utf-8", errors="replace")
