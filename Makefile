@@ -40,7 +40,12 @@ GATEWAY_ARGS ?=
 gateway: setup
 	$(PY) -m tritonchat.clients.gateway --port 9000 $(GATEWAY_ARGS)
 
-test: setup
+# AIPerf's own environment (its packages would replace some vLLM needs), for its integration test.
+AIPERF_STAMP := build/aiperf-venv/.ready-$(shell sha1sum requirements-aiperf.txt | cut -c1-12)
+$(AIPERF_STAMP): requirements-aiperf.txt $(ENV_STAMP)
+	$(PY) -m harness.aiperf
+
+test: setup $(AIPERF_STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 unit: setup

@@ -8,6 +8,7 @@ servers. Used by `tools/serve.py`, the tests and the benchmark.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -81,6 +82,10 @@ def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     )
     env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    # vLLM's CPU build pins its worker's threads to chosen cores ("auto"); on a machine whose
+    # other work sits on those cores (a shared or small machine, the tests' own load) the engine
+    # then crawls. Unpinned, the OS places them where there is room.
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -201,6 +206,45 @@ class TritonServer:
             return f"loading {name} failed: {error.read().decode(errors='replace')}"
         self.loaded.add(name)
         return None
+
+    def unload(self, name: str, timeout: float = 120.0) -> None:
+        """Unloads a model `load` loaded (waits until it is gone)."""
+        request = urllib.request.Request(f"http://{self.http_url}/v2/repository/models/{name}/unload",
+                                         data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=timeout):
+            pass
+        self.loaded.discard(name)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/repository/index", data=b"{}",
+                                        timeout=10) as response:
+                states = {entry["name"]: entry.get("state") for entry in json.loads(response.read())}
+            if states.get(name) != "READY" and states.get(name) != "UNLOADING":
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"{name} still loaded after {timeout:.0f} s")
+
+    def stop_gracefully(self, timeout: float | None = None) -> int:
+        """Ctrl-C to the server's process group, as in a terminal; its exit status (the group is
+        SIGKILLed when it does not exit within `timeout`, by default its exit timeout + 20 s)."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        try:
+            return self.process.wait(timeout if timeout is not None else self.exit_timeout_s + 20)
+        except subprocess.TimeoutExpired:
+            self.stop(timeout=1)
+            return self.process.returncode
+
+    def group_members(self) -> list[str]:
+        """Command lines of the processes still in the server's process group (stubs, engines)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getpgid(int(entry.name)) == self.process.pid:
+                        found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ")[:100].decode(errors="replace"))
+                except (ProcessLookupError, PermissionError, FileNotFoundError):
+                    pass
+        return found
 
     def _log_tail(self) -> str:
         if not self.log_path or not Path(self.log_path).exists():

@@ -26,6 +26,7 @@ The vLLM model serves one LoRA adapter, `tiny-lora` (random weights), named
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,17 +207,40 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         # Keeps JSON from a random model compact (no whitespace loops) so it finishes.
         structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
     )
+    add_vllm_model(repo, "vllm_plain", tiny_model)  # LoRA off (test_local_vllm_backend.py)
     vllm_config = repo / "vllm_model" / "config.pbtxt"
     vllm_config.write_text(set_parameter(vllm_config.read_text(), "REPORT_CUSTOM_METRICS", "true"))
     for transport, suffix in TRANSPORTS.items():
         chat_model("openai_chat" + suffix, transport=transport, lora_separator=":", http_keepalive_s="2")
     chat_model("openai_completions", source="openai_completions", lora_separator=":")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"
+    server = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log, explicit=True)
+    loaded_engines: set[str] = set()
     try:
-        with TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log, explicit=True) as server:
+        with server:
             yield server
+            loaded_engines = {name for name in server.loaded if name.startswith("vllm_")}
+            stopped_cleanly(server, loaded_engines)
     finally:
         print(f"\ntritonserver log: {log}")
+
+
+def stopped_cleanly(server: TritonServer, engines: set[str]) -> None:
+    """At the end of the session: Ctrl-C stops the server with status 0 and without waiting out its
+    exit timeout, every vLLM engine still loaded shuts down, and no process of it is left (stub,
+    engine core, worker; a worker notices its engine core is gone and exits on its own)."""
+    started = time.monotonic()
+    code = server.stop_gracefully()
+    log = server.log_path.read_text(errors="replace")
+    assert code == 0, log[-3000:]
+    assert "Exit timeout expired" not in log
+    for engine in engines:
+        assert f"successfully unloaded '{engine}'" in log
+    deadline = time.monotonic() + 30
+    while (leftovers := server.group_members()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not leftovers, leftovers
+    print(f"\ntritonserver stopped in {time.monotonic() - started:.1f} s")
 
 
 @pytest.fixture(autouse=True)

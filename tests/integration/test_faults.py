@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 TRANSPORTS = ("http", "grpc", "bls")
 
 
-def scripted_server(repo, log, tiny_model) -> TritonServer:
+def scripted_server(repo, log, tiny_model, exit_timeout_s: int = 10) -> TritonServer:
     """A server of the scripted model and a chat model in front of it over each transport."""
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     add_test_model(repo, "scripted_vllm")
@@ -30,14 +30,15 @@ def scripted_server(repo, log, tiny_model) -> TritonServer:
         add_chat_model(repo, f"chat_{transport}", transport=transport, target_model="scripted_vllm",
                        tokenizer=str(tiny_model), served_model_name="scripted", idle_timeout_s="3",
                        http_url=f"127.0.0.1:{http_port}", grpc_url=f"127.0.0.1:{grpc_port}")
-    return TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log,
+    return TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log, exit_timeout_s=exit_timeout_s,
                         extra_args=["--model-control-mode=explicit", "--load-model=*"])
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, tiny_model):
     log = tmp_path_factory.getbasetemp() / "faults-tritonserver.log"
-    with scripted_server(tmp_path_factory.mktemp("faults_repository"), log, tiny_model) as triton:
+    # A short exit timeout: these tests kill a model's stub, and Triton then waits for it at exit.
+    with scripted_server(tmp_path_factory.mktemp("faults_repository"), log, tiny_model, exit_timeout_s=3) as triton:
         yield triton
 
 

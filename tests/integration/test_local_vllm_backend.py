@@ -1,25 +1,21 @@
 """The local `vllm` backend (harness/local_vllm_backend/model.py) against Triton's vLLM interface.
 
-One real `tritonserver` for the module, with two models on the tiny model in the real vLLM
-engine (CPU):
-- `vllm_model`: config.pbtxt with only `backend: "vllm"` and an instance group, so the
-  backend's auto-complete declares the whole interface;
-- `vllm_lora`: the same with `"enable_lora": true` and `1/multi_lora.json` naming one
-  random LoRA adapter written by this module.
+Two models of the session's server on the tiny model in the real vLLM engine (CPU), both with a
+config.pbtxt of only `backend: "vllm"` and an instance group, so the backend's auto-complete
+declares the whole interface:
+- `vllm_plain`: LoRA off (unloaded after this module);
+- `vllm_model`: `"enable_lora": true` and `1/multi_lora.json` naming one random LoRA adapter.
 
-Talks to them through HTTP `generate` / `generate_stream` and tritonclient gRPC streaming.
-The last test stops the server and checks that it stopped cleanly, so keep it last.
+Talks to them through HTTP `generate` / `generate_stream` and tritonclient gRPC streaming. That
+the server stops cleanly with them (and the chat models) loaded is checked when the session's
+server stops (tests/integration/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import queue
 import re
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,20 +23,14 @@ import numpy as np
 import pytest
 import requests
 
-from harness.repositories import write_random_lora
-from harness.server import TritonServer, free_port
+from harness.server import TritonServer
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.models("vllm_plain", "vllm_model")]
 
-pytestmark = pytest.mark.integration
-
-MODEL = "vllm_model"
-LORA_MODEL = "vllm_lora"
+MODEL = "vllm_plain"  # the tiny model, LoRA off
+LORA_MODEL = "vllm_model"  # the tiny model with one adapter, LORA_NAME (the session's vllm_model)
 LORA_NAME = "tiny-lora"
 PROMPT = "The river flows"
-CONFIG_PBTXT = 'backend: "vllm"\ninstance_group [ { count: 1, kind: KIND_MODEL } ]\n'
-# vLLM engine settings for the tiny model on this machine's CPU (not the backend's business).
-ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1, "max_model_len": 2048}
 # Long enough to still be running when the test cancels it (about 2 ms a token here).
 LONG_GENERATION = {"max_tokens": 1900, "ignore_eos": True}
 
@@ -51,43 +41,11 @@ LONG_GENERATION = {"max_tokens": 1900, "ignore_eos": True}
 
 
 @pytest.fixture(scope="module")
-def local_tiny_model(tmp_path_factory) -> Path:
-    """harness/tiny_model.py built into this module's temporary directory."""
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    subprocess.run([sys.executable, str(ROOT / "harness" / "tiny_model.py"), "--out", str(out)], check=True)
-    return out
-
-
-def add_model(repo: Path, name: str, engine_args: dict, multi_lora: dict | None = None) -> None:
-    version = repo / name / "1"
-    version.mkdir(parents=True)
-    (repo / name / "config.pbtxt").write_text(CONFIG_PBTXT)
-    (version / "model.json").write_text(json.dumps(engine_args, indent=2))
-    if multi_lora is not None:
-        (version / "multi_lora.json").write_text(json.dumps(multi_lora))
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory, local_tiny_model) -> TritonServer:
-    repo = tmp_path_factory.mktemp("local_vllm_backend_repository")
-    add_model(repo, MODEL, {"model": str(local_tiny_model), **ENGINE_ARGS})
-    adapter = write_random_lora(local_tiny_model, tmp_path_factory.mktemp("lora") / LORA_NAME)
-    add_model(
-        repo,
-        LORA_MODEL,
-        {"model": str(local_tiny_model), **ENGINE_ARGS, "enable_lora": True, "max_lora_rank": 8},
-        multi_lora={LORA_NAME: str(adapter)},
-    )
-    log = tmp_path_factory.getbasetemp() / "local_vllm_backend_tritonserver.log"
-    triton = TritonServer(repo, free_port(), free_port(), free_port(), log_path=log)
-    started = time.monotonic()
-    triton.start()
-    try:
-        triton.wait_ready(timeout=300)
-        print(f"\ntritonserver with two vLLM engines ready in {time.monotonic() - started:.1f} s; log: {log}")
-        yield triton
-    finally:
-        triton.stop()
+def server(triton) -> TritonServer:
+    """The session's server, with the two vLLM models loaded; the one without LoRA is unloaded
+    after this module (its engine is not needed by any other)."""
+    yield triton
+    triton.unload(MODEL)
 
 
 # ---------------------------------------------------------------------------------------
@@ -260,11 +218,11 @@ def test_default_max_tokens_is_vllms_16(server):
     assert status == 200 and body["num_output_tokens"] == 16
 
 
-def test_num_input_tokens_counts_the_prompt_as_the_engine_tokenizes_it(server, local_tiny_model):
+def test_num_input_tokens_counts_the_prompt_as_the_engine_tokenizes_it(server, tiny_model):
     from transformers import AutoTokenizer
 
     # vLLM tokenizes with add_special_tokens=True, so the BOS token counts.
-    expected = len(AutoTokenizer.from_pretrained(local_tiny_model)(PROMPT).input_ids)
+    expected = len(AutoTokenizer.from_pretrained(tiny_model)(PROMPT).input_ids)
     status, body = generate(server, {"text_input": PROMPT, "parameters": greedy(4), "return_num_input_tokens": True})
     assert status == 200 and body["num_input_tokens"] == expected
     events = generate_stream(
@@ -511,41 +469,3 @@ def test_grpc_non_stream_cancellation_aborts_the_engine_request(server):
     cancel_mid_generation(server, stream=False)
     status, body = generate(server, {"text_input": PROMPT, "parameters": greedy(3)})
     assert status == 200 and body["text_output"].startswith(PROMPT)
-
-
-def test_server_stops_cleanly(server):
-    """Keep last: stops the module's server."""
-    process = server.process
-    started = time.monotonic()
-    os.killpg(process.pid, signal.SIGINT)
-    try:
-        returncode = process.wait(timeout=server.exit_timeout_s + 20)
-    except subprocess.TimeoutExpired:
-        server.stop(timeout=1)  # SIGKILLs the process group
-        pytest.fail("tritonserver did not stop")
-    elapsed = time.monotonic() - started
-    log = Path(server.log_path).read_text(errors="replace")
-    assert returncode == 0, log[-3000:]
-    for model in (MODEL, LORA_MODEL):
-        assert f"successfully unloaded '{model}'" in log
-    assert log.count("[vllm] Shutdown complete") == 2
-    assert "Exit timeout expired" not in log
-    print(f"\ntritonserver stopped in {elapsed:.1f} s")
-    # Nothing of the server is left: no stub, no engine core, no worker. (A worker notices
-    # its engine core is gone and exits on its own; give it time on a busy machine.)
-    deadline = time.monotonic() + 30
-    while (leftovers := processes_in_group(process.pid)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not leftovers, leftovers
-
-
-def processes_in_group(pgid: int) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if os.getpgid(int(entry.name)) == pgid:
-                    found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ")[:100].decode(errors="replace"))
-            except (ProcessLookupError, PermissionError, FileNotFoundError):
-                pass
-    return found

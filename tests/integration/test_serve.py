@@ -52,35 +52,52 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_serve_stops_everything_on_signal(tmp_path, tiny_model, signum):
-    repository = tmp_path / "serve_repository"
-    http_port = free_port()
-    command = [sys.executable, str(ROOT / "tools" / "serve.py"), "--http-port", str(http_port),
-               "--grpc-port", str(free_port()), "--metrics-port", str(free_port()), "--repository", str(repository)]
-    # SIGINT as a terminal's Ctrl-C: a child of a non-interactive shell may inherit it ignored.
-    serve = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            assert serve.poll() is None, serve.stdout.read().decode(errors="replace")[-3000:]
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("make serve did not become ready")
-        started = processes_mentioning(str(repository))
-        assert len(started) >= 3  # tritonserver and the stubs of its models
-        serve.send_signal(signum)
-        code = serve.wait(timeout=60)
-        output = serve.stdout.read().decode(errors="replace")
-        assert code == 0, output[-3000:]
-        assert processes_mentioning(str(repository)) == []
-        assert [p for p in children_of(serve.pid) if Path(f"/proc/{p}").exists()] == []
-    finally:
+SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
+
+
+def output(repository: Path) -> str:
+    return (repository.parent / "serve.log").read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture(scope="module")
+def serves(tmp_path_factory, tiny_model):
+    """One `make serve` per signal, started together (each spends its start mostly waiting on its
+    engine): name -> (process, HTTP port, repository)."""
+    started = {}
+    for name in SIGNALS:
+        repository = tmp_path_factory.mktemp(name) / "serve_repository"
+        http_port = free_port()
+        command = [sys.executable, str(ROOT / "tools" / "serve.py"), "--http-port", str(http_port),
+                   "--grpc-port", str(free_port()), "--metrics-port", str(free_port()), "--repository", str(repository)]
+        # SIGINT as a terminal's Ctrl-C: a child of a non-interactive shell may inherit it ignored.
+        with open(repository.parent / "serve.log", "wb") as log:
+            serve = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        started[name] = (serve, http_port, repository)
+    yield started
+    for serve, _port, _repository in started.values():
         if serve.poll() is None:
             serve.kill()
+
+
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_serve_stops_everything_on_signal(serves, name):
+    serve, http_port, repository = serves[name]
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        assert serve.poll() is None, output(repository)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            time.sleep(0.5)
+    else:
+        pytest.fail("make serve did not become ready")
+    started = processes_mentioning(str(repository))
+    assert len(started) >= 3  # tritonserver and the stubs of its models
+    serve.send_signal(SIGNALS[name])
+    code = serve.wait(timeout=60)
+    assert code == 0, output(repository)
+    assert processes_mentioning(str(repository)) == []
+    assert [p for p in children_of(serve.pid) if Path(f"/proc/{p}").exists()] == []

@@ -81,11 +81,10 @@ def vllm_server(tiny_model, tmp_path_factory):
             time.sleep(1)
         yield url
     finally:
-        os.killpg(process.pid, 15)
-        try:
-            process.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
+        # Only a reference to compare with: its own graceful shutdown takes about 10 s and is
+        # not under test, so its whole process group (API server, engine core) is killed.
+        os.killpg(process.pid, 9)
+        process.wait(30)
 
 
 def vllm_chat(url: str, request: dict) -> dict:

@@ -147,3 +147,15 @@ def test_a_request_that_ended_abandons_its_stream():
     assert [type(e) for e in sink.errors] == [CancelledError]
     assert stream.abandoned and stream.released_called and stream.read < 50
     assert json.loads(sink.sent[0][0])["choices"][0]["delta"]["role"] == "assistant"
+
+
+@pytest.mark.parametrize("text", ['{"error": "Error generating stream: scripted failure"}',
+                                  'data: {"error":"Error generating stream: scripted failure"}\n\n'])
+def test_a_refused_generate_stream_reads_as_the_models_error(text):
+    """Triton 2.51 answers an error that comes before any response with its status and the
+    error as an event; either way the message is the generation model's, without the framing."""
+    from tritonchat.transports.http import HttpStream  # noqa: PLC0415
+
+    error = HttpStream._error(400, text)
+    assert type(error) is InternalError
+    assert error.message == "The generation model failed: Error generating stream: scripted failure"

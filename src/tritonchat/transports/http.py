@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import UnavailableError
 from ..formats import TargetCall
-from ..sse import EventReader
+from ..sse import EventReader, events
 from .base import Outputs, error_for, register_transport
 
 log = logging.getLogger(__name__)
@@ -122,9 +122,12 @@ class HttpStream:
 
     @staticmethod
     def _error(status: int, text: str):
+        """The error of a refused `generate_stream`: `{"error": ...}`, or that as an event (Triton
+        2.51 answers an error that comes before any response so, with the error's status)."""
         try:
-            message = json.loads(text).get("error", text)
-        except (ValueError, AttributeError):
+            value = json.loads(text) if not text.lstrip().startswith("data:") else next(events(text.splitlines()))
+            message = value.get("error", text)
+        except (ValueError, AttributeError, StopIteration):
             message = text
         return error_for(_STATUS_CODES.get(status), str(message))
 
