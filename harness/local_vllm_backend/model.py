@@ -38,8 +38,10 @@ Differences from the real backend:
   `model`, `version`), kept by this backend's own count of running requests.
   `ENABLE_VLLM_HEALTH_CHECK` is implemented.
 - Invalid sampling parameters report their actual cause (see `build_sampling_params`).
-- All responses go through the response thread, also the non-streaming and error ones
-  (the real backend sends those from the event loop); the order per request is the same.
+- Error responses go through the response thread (the real backend sends them from the event
+  loop, where they can overtake a stream's queued responses); the order per request is kept.
+  Non-streaming answers, and their cancellation checks after every engine output, happen on the
+  event loop, as in the real backend.
 
 Process-level details that make vLLM work inside a Python backend stub (UTF-8 locale,
 `spawn` for the engine processes, a lazy vLLM import, GC freezing) are explained where
@@ -126,7 +128,6 @@ import queue
 import threading
 import traceback
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 import numpy as np
@@ -437,8 +438,6 @@ class TritonPythonModel:
 
         self.shutting_down = False
         self.tasks: set[asyncio.Task] = set()
-        # `is_cancelled()` is an IPC round trip; non-streaming requests check it off the loop.
-        self.cancel_check_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vllm-cancel-check")
 
         self._start_event_loop()
         try:
@@ -469,7 +468,6 @@ class TritonPythonModel:
         # Everything still queued is sent before the sentinel is reached.
         self.responses.put(None)
         self.response_thread.join(timeout=30)
-        self.cancel_check_pool.shutdown(wait=False, cancel_futures=True)
         self.engine = None
         # The stub process exits right after this. Freezing what is left keeps the
         # interpreter's teardown from running full garbage-collector passes over the
@@ -684,15 +682,19 @@ class TritonPythonModel:
 
         if not inputs.stream and last_output is not None:
             # One response with everything; after a cancellation this is the partial output
-            # (the client sees the cancellation from Triton itself).
-            self._queue_final(state, builder.build(last_output, prepend_prompt=inputs.prepend_input))
+            # (the client sees the cancellation from Triton itself). Sent from the event loop
+            # itself, as the real backend does.
+            state.final_queued = True
+            state.sender.send(builder.build(last_output, prepend_prompt=inputs.prepend_input), FINAL)
         if not state.final_queued:  # the engine ended the stream without a finished output
             self._queue_final(state, None)
 
     async def _is_cancelled(self, state: SenderState, stream: bool) -> bool:
         if stream:
             return state.cancelled  # refreshed by the response thread after every send
-        return await self.loop.run_in_executor(self.cancel_check_pool, state.sender.is_cancelled)
+        # As the real backend: a blocking IPC round trip on the event loop, after every engine
+        # output of a non-streaming request (it holds up the loop, and so every request of it).
+        return state.sender.is_cancelled()
 
     def _error_response(self, message: str):
         text = pb_utils.Tensor("text_output", np.asarray(["N/A"], dtype=self.text_dtype))

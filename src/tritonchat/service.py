@@ -106,6 +106,7 @@ class Service:
                 keeps_special_tokens=not settings.trtllm_skip_special_tokens,
                 lora_task_ids=settings.lora_task_id_map,
                 lora_paths=settings.lora_path_map,
+                stream_whole=settings.vllm_stream_whole,
             )
         )
         self.image_policy = ImagePolicy(

@@ -57,6 +57,11 @@ class Settings:
     )
     http_url: str = setting("localhost:8000", "this server's HTTP endpoint, for `transport: http` and for reading the target's configuration", user=True)
     grpc_url: str = setting("localhost:8001", "this server's gRPC endpoint, for `transport: grpc`", user=True)
+    vllm_stream_whole: bool = setting(
+        False,
+        "`request_format: vllm`: ask the vLLM backend for a stream also for a whole (non-streamed) answer, and "
+        "assemble it here, instead of asking for one response",
+    )
     http_keepalive_s: float = setting(
         2.0,
         "`transport: http`: an idle loopback connection is closed after this many seconds (0: a connection per "

@@ -213,6 +213,8 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     for transport, suffix in TRANSPORTS.items():
         chat_model("openai_chat" + suffix, transport=transport, lora_separator=":", http_keepalive_s="2")
     chat_model("openai_completions", source="openai_completions", lora_separator=":")
+    # Whole answers asked of the vLLM backend as a stream (vllm_stream_whole), assembled here.
+    chat_model("chat_whole_streamed", vllm_stream_whole="true")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"
     server = TritonServer(repo, http_port, grpc_port, metrics_port, log_path=log, explicit=True)
     loaded_engines: set[str] = set()

@@ -8,7 +8,7 @@ import threading
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.helpers import GrpcChatClient
+from tests.helpers import ChatClient, GrpcChatClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.models("openai_chat")]
 
@@ -49,6 +49,19 @@ def test_streaming_text_equals_non_streaming_text(tiny):
     assert result.content == body["choices"][0]["message"]["content"]
     assert result.chunks[-2]["choices"][0]["finish_reason"] == body["choices"][0]["finish_reason"]
     assert result.chunks[-1]["usage"] == body["usage"]
+
+
+@pytest.mark.models("chat_whole_streamed")
+def test_a_whole_answer_asked_as_a_stream_is_the_same_answer(triton):
+    """`vllm_stream_whole`: the backend streams, the answer is assembled here; same text, finish
+    reason and usage as the one-response answer (greedy), with logprobs too."""
+    one, streamed = ChatClient(triton.http_url, "openai_chat"), ChatClient(triton.http_url, "chat_whole_streamed")
+    for fields in ({}, {"logprobs": True, "top_logprobs": 2}):
+        _, whole = one.create(greedy(24, **fields))
+        _, assembled = streamed.create(greedy(24, **fields))
+        ChatCompletion.model_validate(assembled)
+        assert assembled["choices"] == whole["choices"]
+        assert assembled["usage"] == whole["usage"]
 
 
 def test_default_budget_fills_the_context(tiny):

@@ -48,3 +48,15 @@ def test_logit_bias_is_refused():
     with pytest.raises(BadRequestError) as info:
         VllmFormat().check(request)
     assert info.value.param == "logit_bias"
+
+
+def test_a_whole_answer_is_asked_as_a_stream_with_stream_whole():
+    """`vllm_stream_whole`: the backend is asked for a stream also when the client wants one answer."""
+    from dataclasses import replace  # noqa: PLC0415
+
+    from tritonchat.formats import FormatOptions, GenerationRequest, VllmFormat  # noqa: PLC0415
+
+    whole = GenerationRequest(prompt="p", prompt_tokens=1, max_tokens=4, stream=False)
+    assert not VllmFormat(FormatOptions()).inputs(whole)["stream"][0]
+    assert VllmFormat(FormatOptions(stream_whole=True)).inputs(whole)["stream"][0]
+    assert VllmFormat(FormatOptions(stream_whole=True)).inputs(replace(whole, stream=True))["stream"][0]

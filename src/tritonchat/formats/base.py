@@ -92,6 +92,8 @@ class FormatOptions:
     eos_token_ids: tuple[int, ...] = ()
     # `trtllm`: whether the ensemble's postprocessing keeps special tokens (trtllm_skip_special_tokens false).
     keeps_special_tokens: bool = False
+    # `vllm`: ask the backend for a stream also for a whole (non-streamed) answer.
+    stream_whole: bool = False
     # The target's input names once read from the server (see target.py); None: not known,
     # so every input is assumed to exist.
     target_inputs: frozenset[str] | None = None

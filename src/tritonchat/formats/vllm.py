@@ -96,7 +96,7 @@ class VllmFormat(RequestFormat):
     def inputs(self, request: GenerationRequest) -> dict[str, np.ndarray]:
         inputs = {
             "text_input": string_tensor(request.prompt),
-            "stream": np.array([request.stream]),
+            "stream": np.array([request.stream or self.options.stream_whole]),
             "exclude_input_in_output": _TRUE,
             "sampling_parameters": string_tensor(json.dumps(self.sampling_parameters(request))),
             "return_finish_reason": _TRUE,
