@@ -52,8 +52,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--chat-parameter", action="append", default=[], type=chat_parameter, metavar="KEY=VALUE",
-                        help="a parameter of openai_chat and openai_completions (docs/configuration.md), e.g. "
-                             "tool_call_parser=hermes; repeatable")
+                        help="a parameter of openai_chat, openai_completions and anthropic_messages "
+                             "(docs/configuration.md), e.g. tool_call_parser=hermes; repeatable")
     parser.add_argument("--repository", type=Path, default=BUILD / "serve_repository",
                         help="where the runnable model repository is written")
     return parser
@@ -94,10 +94,14 @@ def main() -> None:
     try:
         server.wait_ready(timeout=600)
         example = {"model": served, "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
+        anthropic = {**example, "max_tokens": 32}
         print(
             f"\nServing {served!r} ({model}) on http://localhost:{args.http_port}. Try:\n"
             f"  curl -sN localhost:{args.http_port}/v2/models/openai_chat/generate_stream "
-            f"-d '{json.dumps({'request': json.dumps(example)})}'\n",
+            f"-d '{json.dumps({'request': json.dumps(example)})}'\n"
+            f"Anthropic Messages:\n"
+            f"  curl -sN localhost:{args.http_port}/v2/models/anthropic_messages/generate_stream "
+            f"-d '{json.dumps({'request': json.dumps(anthropic)})}'\n",
             flush=True,
         )
         code = server.process.wait()

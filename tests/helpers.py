@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,10 +41,19 @@ class StreamResult:
 class ChatClient:
     """`openai_chat` through Triton's HTTP generate extension."""
 
+    # Every client's session, so that `close_all` can close their keep-alive connections.
+    sessions: weakref.WeakSet = weakref.WeakSet()
+
     def __init__(self, http_url: str, model: str = "openai_chat"):
         self.base = f"http://{http_url}/v2/models"
         self.model = model
         self.session = requests.Session()
+        ChatClient.sessions.add(self.session)
+
+    @classmethod
+    def close_all(cls) -> None:
+        for session in list(cls.sessions):
+            session.close()
 
     def _body(self, request: dict | str, request_id: str | None) -> dict:
         body = {"request": request if isinstance(request, str) else json.dumps(request)}

@@ -27,8 +27,10 @@ exactly one response (prompt + completion unless `exclude_input_in_output` is tr
 
 Errors end the request with one response: `text_output=["N/A"]` and
 `TritonError("Error generating stream: <exception>")` (INTERNAL); LoRA problems answer with
-their message in both. A cancelled stream ends with a CANCELLED error response; every
-cancellation also aborts the request in the engine.
+their message in both. Sampling parameters that vLLM refuses to build `SamplingParams` from
+answer, as on the real backend, "Error generating stream: 'NoneType' object has no attribute
+'lora_name'" (the cause goes to the log; see `build_sampling_params`). A cancelled stream
+ends with a CANCELLED error response; every cancellation also aborts the request in the engine.
 
 Differences from the real backend:
 - Not provided: embeddings (the `embedding_request`
@@ -37,7 +39,6 @@ Differences from the real backend:
   `REPORT_CUSTOM_METRICS` metrics bridge only the `vllm:num_requests_running` gauge (labels
   `model`, `version`), kept by this backend's own count of running requests.
   `ENABLE_VLLM_HEALTH_CHECK` is implemented.
-- Invalid sampling parameters report their actual cause (see `build_sampling_params`).
 - Error responses go through the response thread (the real backend sends them from the event
   loop, where they can overtake a stream's queued responses); the order per request is kept.
   Non-streaming answers, and their cancellation checks after every engine output, happen on the
@@ -212,24 +213,37 @@ def sampling_parameters_text(request) -> str:
     return request.parameters()
 
 
-def build_sampling_params(params_json: str) -> tuple["SamplingParams", str | None]:
+# What the real backend answers for every sampling-parameters JSON vLLM refuses to build
+# `SamplingParams` from: `TritonSamplingParams.from_dict` logs the exception and returns None,
+# and the next line reads `lora_name` from that None.
+NO_SAMPLING_PARAMS = "'NoneType' object has no attribute 'lora_name'"
+
+
+def build_sampling_params(params_json: str, logger) -> tuple["SamplingParams", str | None]:
     """Turn the sampling-parameters JSON into vLLM `SamplingParams` and an optional LoRA name.
 
-    Unknown keys, bad values and bad structured-output specs raise, and the caller answers
-    "Error generating stream: <the exception>". (The real backend logs the exception, returns
-    None and then fails on `None.lora_name`, so its message is always "Error generating
-    stream: 'NoneType' object has no attribute 'lora_name'"; the cause is more useful.)
+    As in the real backend, whatever fails here (malformed JSON, unknown keys, values a cast
+    or `SamplingParams` refuses, bad structured-output specs) is logged with its cause
+    ("Was trying to create `TritonSamplingParams`, but got exception: ...") and then raises
+    `AttributeError("'NoneType' object has no attribute 'lora_name'")`, so the client's
+    message is always "Error generating stream: 'NoneType' object has no attribute
+    'lora_name'". Values vLLM refuses only in the engine (a token id outside the vocabulary,
+    more log probabilities than `max_logprobs`) fail later, in `generate`, with their cause.
     """
-    params: dict[str, Any] = json.loads(params_json)
-    lora_name = params.pop("lora_name", None)
-    annotations = SamplingParams.__annotations__
-    for key, value in params.items():
-        if key == "structured_outputs":
-            # The value is itself a JSON string, e.g. "{\"json\": {...schema...}}".
-            params[key] = StructuredOutputsParams(**json.loads(value))
-        elif key in annotations and (cast := _cast_for(annotations[key])) is not None:
-            params[key] = cast(value)
-    return SamplingParams(**params), lora_name
+    try:
+        params: dict[str, Any] = json.loads(params_json)
+        lora_name = params.pop("lora_name", None)
+        annotations = SamplingParams.__annotations__
+        for key, value in params.items():
+            if key == "structured_outputs":
+                # The value is itself a JSON string, e.g. "{\"json\": {...schema...}}".
+                params[key] = StructuredOutputsParams(**json.loads(value))
+            elif key in annotations and (cast := _cast_for(annotations[key])) is not None:
+                params[key] = cast(value)
+        return SamplingParams(**params), lora_name
+    except Exception as exc:  # noqa: BLE001  (any failure, as the real backend catches it)
+        logger.log_error(f"[vllm] Was trying to create `TritonSamplingParams`, but got exception: {exc}")
+    raise AttributeError(NO_SAMPLING_PARAMS)
 
 
 def _optional_bool(request, name: str) -> bool | None:
@@ -648,11 +662,8 @@ class TritonPythonModel:
         if "generate" not in self.supported_tasks:
             raise ValueError(f"Model {self.args['model_name']} does not support 'generate' request")
         inputs = parse_generate_inputs(request)
-        try:
-            sampling_params, lora_name = build_sampling_params(inputs.sampling_json)
-        except Exception as exc:
-            self.logger.log_error(f"[vllm] Was trying to create `TritonSamplingParams`, but got exception: {exc}")
-            raise
+        # A refused value logs its cause and fails the request as the real backend's does.
+        sampling_params, lora_name = build_sampling_params(inputs.sampling_json, self.logger)
         lora_request = self._lora_request(lora_name)
         prompt = await self._render_prompt(inputs.prompt, inputs.images)
 

@@ -66,13 +66,16 @@ def token_index(count, starts: list[int], total: int):
 
 class ScriptTiming:
     """A script's pacing and faults, counted in tokens (`starts`: where each chunk begins):
-    first_delay_ms before the first token, interval_ms before each chunk, hang_after (for
+    first_delay_ms before the first token, interval_ms before each chunk, pause_after_first_ms
+    before the second chunk, hang_after (for
     hang_s, default 30, or until `stopped()`), error_after (error_message)."""
 
     def __init__(self, script: dict, starts: list[int], total: int):
         self.script = script
         self.interval = float(script.get("interval_ms", 0)) / 1000.0
         self.chunk_starts = set(starts)
+        self.second_start = sorted(starts)[1] if len(starts) > 1 else None
+        self.pause_after_first = float(script.get("pause_after_first_ms", 0)) / 1000.0
         self.error_after = token_index(script.get("error_after"), starts, total)
         self.hang_after = token_index(script.get("hang_after"), starts, total)
         first_delay = float(script.get("first_delay_ms", 0)) / 1000.0
@@ -87,6 +90,8 @@ class ScriptTiming:
                 time.sleep(0.02)
         if self.interval and i in self.chunk_starts:
             time.sleep(self.interval)
+        if self.pause_after_first and i == self.second_start:
+            time.sleep(self.pause_after_first)
 
     def fails_at(self, i: int) -> bool:
         return self.error_after is not None and i >= int(self.error_after)

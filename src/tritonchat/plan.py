@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from .formats import GenerationRequest
 from .errors import BadRequestError, NotFoundError
-from .protocol import INT64_MAX, INT64_MIN, ChatCompletionRequest, GenerationFields
+from .protocol import INT64_MAX, INT64_MIN, MAX_SCHEMA_NESTING, ChatCompletionRequest, GenerationFields, json_nesting
 from .template import Prompt
 
 # OpenAI request fields that map one-to-one onto vLLM SamplingParams of the same name.
@@ -35,6 +35,7 @@ _FLAG_DEFAULTS = {"include_stop_str_in_output": False, "skip_special_tokens": Tr
 class Limits:
     context_length: int  # prompt + completion tokens the model can hold; 0 if unknown
     default_max_tokens: int = 0  # used when the request sets none; 0 = whatever fits
+    vocab_size: int = 0  # token ids the model has (config.json's `vocab_size`, as vLLM counts); 0 if unknown
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,14 @@ class ModelNames:
         raise NotFoundError(f"The model {requested!r} does not exist; this server serves {self.served!r}.")
 
 
+def _budget_param(request: GenerationFields) -> str:
+    return "max_completion_tokens" if getattr(request, "max_completion_tokens", None) is not None else "max_tokens"
+
+
 def max_tokens_for(request: GenerationFields, prompt: Prompt, limits: Limits) -> int:
     """The completion budget: what was asked, else the configured default, else what fits."""
     asked = request.requested_max_tokens
-    param = "max_completion_tokens" if getattr(request, "max_completion_tokens", None) is not None else "max_tokens"
+    param = _budget_param(request)
     room = limits.context_length - prompt.num_tokens
     if limits.context_length:
         if room <= 0:
@@ -88,6 +93,52 @@ def max_tokens_for(request: GenerationFields, prompt: Prompt, limits: Limits) ->
     if limits.context_length:
         return room
     raise BadRequestError(f"Set '{param}': this model's context length is unknown.", param=param)
+
+
+def check_min_tokens(request: GenerationFields, max_tokens: int) -> None:
+    """vLLM refuses a `min_tokens` above the budget (SamplingParams: min_tokens <= max_tokens)."""
+    if request.min_tokens is None or request.min_tokens <= max_tokens:
+        return
+    if request.requested_max_tokens is not None:
+        where = f"'{_budget_param(request)}' ({max_tokens})"
+    else:
+        where = f"this request's completion budget of {max_tokens} tokens (the default without 'max_tokens')"
+    raise BadRequestError(f"'min_tokens' ({request.min_tokens}) must not be more than {where}.", param="min_tokens")
+
+
+def check_token_ids(request: GenerationFields, vocab_size: int) -> None:
+    """Token ids the engine refuses: those outside the model's vocabulary (when it is known)."""
+    if not vocab_size:
+        return
+    fields = {
+        "stop_token_ids": request.stop_token_ids or [],
+        "allowed_token_ids": request.allowed_token_ids or [],
+        "logit_bias": [int(token) for token in request.logit_bias or {}],
+    }
+    for name, ids in fields.items():
+        outside = [token for token in ids if not 0 <= token < vocab_size]
+        if outside:
+            shown = ", ".join(map(str, outside[:5])) + (", ..." if len(outside) > 5 else "")
+            raise BadRequestError(
+                f"'{name}' holds token ids outside this model's vocabulary ({shown}); they go from 0 to "
+                f"{vocab_size - 1}.", param=name)
+
+
+def check_schema_nesting(request: GenerationFields, structured: dict | None, from_tools: bool) -> None:
+    """vLLM refuses a JSON schema constraint nested more than MAX_SCHEMA_NESTING levels deep."""
+    if not structured or not isinstance(structured.get("json"), (dict, list)):
+        return
+    if json_nesting(structured["json"]) <= MAX_SCHEMA_NESTING:
+        return
+    if from_tools:
+        raise BadRequestError(
+            f"The JSON schema that 'tool_choice' makes of 'tools' (a function's parameters inside the tool call's own "
+            f"structure) nests objects and arrays more than {MAX_SCHEMA_NESTING} levels deep; at most "
+            f"{MAX_SCHEMA_NESTING} are supported.", param="tools")
+    param = request.constraint_field or "response_format"
+    raise BadRequestError(
+        f"The JSON schema in '{param}' nests objects and arrays more than {MAX_SCHEMA_NESTING} levels deep; at most "
+        f"{MAX_SCHEMA_NESTING} are supported.", param=param)
 
 
 def sampling_for(request: GenerationFields) -> dict:
@@ -147,7 +198,8 @@ def plan_generations(
 ) -> list[GenerationRequest]:
     """One generation per choice: `asked` with the prompt and the budget. With a seed, choice i
     uses seed + i, so choices differ but the whole response stays reproducible. `structured`
-    (from tool_choice) overrides `response_format`."""
+    (from tool_choice) overrides `response_format`. What vLLM would refuse once the budget and the
+    constraint are known is a 400 here (`check_*`)."""
     base = replace(
         asked,
         prompt=prompt.text,
@@ -157,6 +209,9 @@ def plan_generations(
         sampling={**asked.sampling, **(extra_sampling or {})},
         structured=structured or asked.structured,
     )
+    check_min_tokens(request, base.max_tokens)
+    check_token_ids(request, limits.vocab_size)
+    check_schema_nesting(request, base.structured, from_tools=bool(structured))
     generations = [base]
     for i in range(1, request.choices):
         sampling = dict(base.sampling)

@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-CHAT_MODELS = ("openai_chat", "openai_completions")
+CHAT_MODELS = ("openai_chat", "openai_completions", "anthropic_messages")
 
 
 def parse_engine_arg(item: str) -> tuple[str, object]:
@@ -51,6 +51,20 @@ def config_context_length(model_dir: str | Path) -> int:
             value = section.get(key)
             if isinstance(value, int) and value > 0:
                 return value
+    return 0
+
+
+def config_vocab_size(model_dir: str | Path) -> int:
+    """The vocabulary size in a Hugging Face model directory's config.json (`vocab_size`, or a
+    nested `text_config`'s, as vLLM counts it), or 0 if it names none."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    for section in (config, config.get("text_config") or {}):
+        value = section.get("vocab_size")
+        if isinstance(value, int) and value > 0:
+            return value
     return 0
 
 
@@ -126,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--chat-parameter", action="append", default=[], type=parse_engine_arg,
-        help="config.pbtxt parameter key=value of openai_chat and openai_completions (e.g. grpc_url=localhost:9001)",
+        help="config.pbtxt parameter key=value of openai_chat, openai_completions and anthropic_messages (e.g. "
+             "grpc_url=localhost:9001)",
     )
     args = parser.parse_args(argv)
     dst = prepare_repository(

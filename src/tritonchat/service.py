@@ -19,13 +19,13 @@ import uuid
 from dataclasses import dataclass, replace
 
 from . import __version__
-from .errors import BadRequestError
+from .errors import BadRequestError, OpenAIError
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat, TargetCall
 from .images import ImageFile, ImagePolicy, count_images, load_images, model_has_vision
 from .parsers import get_reasoning_parser, get_tool_parser
 from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
-from .repository import config_context_length, generation_eos_ids
+from .repository import config_context_length, config_vocab_size, generation_eos_ids
 from .chunks import ChatResponseBuilder, CompletionResponseBuilder, ResponseBuilder
 from .settings import Settings
 from .target import TargetInterface, adapt_options
@@ -53,6 +53,8 @@ class Staged:
     prompt: Prompt
     request_id: str
     image_count: int
+    # The whole answer, when the request needs no generation (Anthropic's count_tokens).
+    answer: str | None = None
 
 
 @dataclass
@@ -90,6 +92,7 @@ class Service:
         self.limits = Limits(
             context_length=settings.max_model_len or context_length(settings.tokenizer, tokenizer),
             default_max_tokens=settings.default_max_tokens or self.default_budget,
+            vocab_size=config_vocab_size(settings.tokenizer),
         )
         self.names = ModelNames(settings.served_model_name, settings.lora_separator, settings.lora_adapters)
         self.format: RequestFormat = FORMATS[settings.request_format](
@@ -244,6 +247,11 @@ class Service:
                 raise BadRequestError(
                     f"'{param}' asks for {value} {unit}; this server allows at most {cap} ({name}).", param=param
                 )
+
+    def public_error(self, error: OpenAIError) -> OpenAIError:
+        """`error` as this service's clients see it: OpenAI's error object here (a service of
+        another API, Anthropic's, gives it that API's shape)."""
+        return error
 
     # What the chat and completions services do differently.
     builder_class: type[ResponseBuilder] = ResponseBuilder

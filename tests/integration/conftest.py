@@ -15,6 +15,8 @@ Its repository holds:
   (and `completions_trtllm`, `completions_tensorrt_llm` in front of the TensorRT-LLM stand-ins);
 - `chat_tools` (and `chat_tools_trtllm`, `chat_tools_tensorrt_llm`): `openai_chat` with the
   hermes tool-call and qwen3 reasoning parsers, in front of each scripted model;
+- `anthropic_scripted` (with those parsers, in front of `scripted_vllm`) and `anthropic_messages`
+  (in front of `vllm_model`): the Anthropic Messages model;
 - `ensemble`, `tensorrt_llm` and `llmapi`: stand-ins with the interfaces of NVIDIA's
   TensorRT-LLM models (`llmapi_not_decoupled`: the LLM API model as NVIDIA's model.yaml
   configures it), and `chat_trtllm` / `chat_tensorrt_llm` / `chat_llmapi`: `openai_chat` in
@@ -26,6 +28,8 @@ The vLLM model serves one LoRA adapter, `tiny-lora` (random weights), named
 
 from __future__ import annotations
 
+import gc
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +49,7 @@ from harness.repositories import (
     write_random_lora,
 )
 from tritonchat.repository import set_parameter
-from harness.server import TritonServer, free_port
+from harness.server import TritonServer, free_port, tcp_connections
 
 # Plain ChatML (string content, no tool or reasoning support) and Mistral's v1 template (no
 # system role, roles must alternate), as their models ship them.
@@ -161,6 +165,8 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
                **{**scripted, "tokenizer": str(harmony)})
     tools = dict(tool_call_parser="hermes", reasoning_parser="qwen3")
     chat_model("chat_tools", **tools, **scripted)
+    # Anthropic Messages (test_anthropic.py): in front of the scripted model, with the same parsers.
+    chat_model("anthropic_scripted", source="anthropic_messages", **tools, **scripted)
     for fmt, target in (("trtllm", "ensemble"), ("tensorrt_llm", "tensorrt_llm"), ("llmapi", "llmapi")):
         chat_model(f"chat_tools_{fmt}", request_format=fmt, **tools, **{**trt, "target_model": target})
         chat_model(f"completions_{fmt}", source="openai_completions", request_format=fmt,
@@ -213,6 +219,7 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     for transport, suffix in TRANSPORTS.items():
         chat_model("openai_chat" + suffix, transport=transport, lora_separator=":", http_keepalive_s="2")
     chat_model("openai_completions", source="openai_completions", lora_separator=":")
+    chat_model("anthropic_messages", source="anthropic_messages")  # in front of the tiny model on vLLM
     # Whole answers asked of the vLLM backend as a stream (vllm_stream_whole), assembled here.
     chat_model("chat_whole_streamed", vllm_stream_whole="true")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"
@@ -231,6 +238,13 @@ def stopped_cleanly(server: TritonServer, engines: set[str]) -> None:
     """At the end of the session: Ctrl-C stops the server with status 0 and without waiting out its
     exit timeout, every vLLM engine still loaded shuts down, and no process of it is left (stub,
     engine core, worker; a worker notices its engine core is gone and exits on its own)."""
+    # Triton waits at exit until its HTTP connections close: first close the tests' own.
+    ChatClient.close_all()
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while tcp_connections(os.getpid(), server.http_port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert tcp_connections(os.getpid(), server.http_port) == 0, "the tests left connections to the server open"
     started = time.monotonic()
     code = server.stop_gracefully()
     log = server.log_path.read_text(errors="replace")

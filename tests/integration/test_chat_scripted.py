@@ -79,9 +79,12 @@ def test_streaming_layout_and_text(scripted, expect):
 
 def test_stream_interval_merges_outputs_and_keeps_the_text(scripted, expect):
     """vLLM's `stream_interval`: the first output at once, then chunks of at least 3 tokens;
-    the text and the layout are those of the unmerged stream."""
+    the text and the layout are those of the unmerged stream. (The second output comes 300 ms
+    after the first: outputs that are already waiting together when a send ends are merged
+    whatever the interval, which on a busy machine could merge the first two.)"""
     chunks = [f"w{i} " for i in range(10)]
-    request = {**user(script(chunks=chunks, interval_ms=3)), "stream": True, "stream_options": {"include_usage": True}}
+    request = {**user(script(chunks=chunks, interval_ms=3, pause_after_first_ms=300)), "stream": True,
+               "stream_options": {"include_usage": True}}
     plain = scripted.stream(request)
     merged = scripted.stream({**request, "stream_interval": 3})
     assert merged.status == 200 and merged.error is None

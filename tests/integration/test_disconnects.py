@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import script, stub_pid
+from harness.server import tcp_connections
 from harness.storm import server_answers, storm
 
 pytestmark = [
@@ -95,26 +96,6 @@ def _metric(triton, name: str, model: str) -> float:
     raise AssertionError(f"no {name} for {model}")
 
 
-def _loopback_connections(pid: int, port: int) -> int:
-    """Established TCP connections of process `pid` to local port `port`."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = fd.readlink().name
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    count = 0
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if remote_port == port and fields[3] == "01" and fields[9] in inodes:
-                count += 1
-    return count
-
-
 def test_a_storm_on_the_engine_cancels_its_work_and_leaks_nothing(triton):
     """Dropped streams on the real vLLM engine (default HTTP transport): the engine's running
     requests are back to 0 within a second of each storm's end, and once the stub's idle loopback
@@ -138,9 +119,9 @@ def test_a_storm_on_the_engine_cancels_its_work_and_leaks_nothing(triton):
         while _metric(triton, "tritonchat_requests_in_flight", "openai_chat") > 0 and time.monotonic() - ended < 5:
             time.sleep(0.05)
         assert _metric(triton, "tritonchat_requests_in_flight", "openai_chat") == 0
-        while _loopback_connections(stub, triton.http_port) and time.monotonic() - ended < 30:
+        while tcp_connections(stub, triton.http_port) and time.monotonic() - ended < 30:
             time.sleep(0.2)
-        assert _loopback_connections(stub, triton.http_port) == 0, "idle loopback connections stayed open"
+        assert tcp_connections(stub, triton.http_port) == 0, "idle loopback connections stayed open"
         if not settled:
             settled.append(_threads_and_fds(stub))
             continue

@@ -340,24 +340,33 @@ def test_string_values_are_cast_like_the_real_backend(server):
 # ---------------------------------------------------------------------------------------
 
 
+# What the real backend answers for any value vLLM refuses to build SamplingParams from (its
+# TritonSamplingParams.from_dict logs the cause and returns None, then `lora_name` is read from it).
+NO_SAMPLING_PARAMS = "Error generating stream: 'NoneType' object has no attribute 'lora_name'"
+
+
 @pytest.mark.parametrize(
-    "body",
+    ("body", "message"),
     [
-        {"parameters": {"no_such_parameter": 1}},
-        {"parameters": {"max_tokens": "many"}},
-        {"sampling_parameters": json.dumps({"structured_outputs": json.dumps({"json": 1, "regex": "a"})})},
-        {"sampling_parameters": json.dumps({"temperature": -3})},
-        # vllm_backend passes logit_bias unconverted: JSON keys stay strings, which vLLM rejects
-        {"sampling_parameters": json.dumps({"logit_bias": {"5": -100}})},
+        ({"parameters": {"no_such_parameter": 1}}, NO_SAMPLING_PARAMS),
+        ({"parameters": {"max_tokens": "many"}}, NO_SAMPLING_PARAMS),
+        ({"sampling_parameters": json.dumps({"structured_outputs": json.dumps({"json": 1, "regex": "a"})})},
+         NO_SAMPLING_PARAMS),
+        ({"sampling_parameters": json.dumps({"temperature": -3})}, NO_SAMPLING_PARAMS),
+        # vllm_backend passes logit_bias unconverted: JSON keys stay strings, which the engine
+        # (not SamplingParams) trips over, without a message of its own
+        ({"sampling_parameters": json.dumps({"logit_bias": {"5": -100}})}, None),
     ],
     ids=["unknown-key", "bad-int", "bad-structured-outputs", "invalid-value", "logit-bias-string-keys"],
 )
-def test_bad_sampling_parameters_fail_the_request(server, body):
+def test_bad_sampling_parameters_fail_the_request(server, body, message):
     status, reply = generate(server, {"text_input": PROMPT, **body})
     assert status != 200
     assert reply["error"].startswith("Error generating stream: "), reply
+    assert message is None or reply["error"] == message, reply
     events = generate_stream(server, {"text_input": PROMPT, "stream": True, **body})
     assert len(events) == 1 and events[0]["error"].startswith("Error generating stream: "), events
+    assert message is None or events[0]["error"] == message, events
 
 
 def test_streaming_with_exclude_input_in_output_false_is_an_error(server):

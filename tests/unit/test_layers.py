@@ -3,7 +3,7 @@ lower one, and no modules import each other in a cycle.
 
     0  errors, protocol, formats, parsers, tokens, repository, sse    (what a request and a response are)
     1  settings, template, plan, tool_choice, choice_text, chunks, images, target   (preparing, building)
-    2  service                                                          (a request, prepared)
+    2  service, anthropic                                               (a request, prepared; Anthropic's on the chat pipeline)
     3  transports, sender                                            (reading the generation, sending)
     4  triton                                                           (the Python-backend glue)
 The clients (`tritonchat.clients`: the client, the `tritonchat` command, the gateway) stand beside the server
@@ -23,7 +23,7 @@ LAYERS = {
     "errors": 0, "protocol": 0, "formats": 0, "parsers": 0, "tokens": 0, "repository": 0, "sse": 0,
     "settings": 1, "template": 1, "plan": 1, "tool_choice": 1, "choice_text": 1, "chunks": 1, "images": 1,
     "target": 1,
-    "service": 2,
+    "service": 2, "anthropic": 2,
     "transports": 3, "sender": 3,
     "triton": 4,
 }

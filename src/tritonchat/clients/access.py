@@ -10,8 +10,10 @@ The groups: `inference` (`/v1/chat/completions`, `/v1/completions` and any other
 `/health/live`). The single key guards every `/v1/` group without a key of its own; `health`
 needs a key only when it is given its own, so that probes and load balancers keep working.
 
+A key is sent as `Authorization: Bearer KEY` or as `x-api-key: KEY` (the `anthropic` SDK's header).
 Keys are compared in constant time (SHA-256 digests compared with `hmac.compare_digest`) and are
-never written to a log or an error message. Errors are OpenAI's error objects.
+never written to a log or an error message. Errors are OpenAI's error objects, and Anthropic's
+(`{"type": "error", "error": {"type", "message"}}`) on Anthropic's routes (`/v1/messages...`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,18 @@ Send = Callable[[Message], Awaitable[None]]
 
 def error_object(message: str, kind: str, code: str | None = None, param: str | None = None) -> dict:
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def is_anthropic(path: str) -> bool:
+    """Whether a path is one of Anthropic's routes, whose errors are Anthropic's."""
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
+def refusal(path: str, message: str, kind: str, code: str | None, anthropic_kind: str) -> dict:
+    """An error object for a request the gateway refuses itself, in the shape its route speaks."""
+    if is_anthropic(path):
+        return {"type": "error", "error": {"type": anthropic_kind, "message": message}}
+    return error_object(message, kind, code)
 
 
 async def send_json(send: Send, status: int, body: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
@@ -77,6 +91,15 @@ def _digest(value: str) -> bytes:
     return hashlib.sha256(value.encode("utf-8", errors="surrogateescape")).digest()
 
 
+def presented_keys(headers: list[tuple[bytes, bytes]]) -> list[str]:
+    """The keys a request presents: its `Authorization: Bearer` token and its `x-api-key` header."""
+    keys = [token] if (token := bearer_token(headers)) is not None else []
+    for name, value in headers:
+        if name.lower() == b"x-api-key" and value.strip():
+            keys.append(value.decode("latin-1").strip())
+    return keys
+
+
 def bearer_token(headers: list[tuple[bytes, bytes]]) -> str | None:
     """The token of an `Authorization: Bearer TOKEN` header, else None."""
     for name, value in headers:
@@ -100,16 +123,19 @@ class Keys:
         if group not in self.digests:
             await self.app(scope, receive, send)
             return
-        token = bearer_token(scope.get("headers", []))
-        if token is not None and hmac.compare_digest(_digest(token), self.digests[group]):
+        keys = presented_keys(scope.get("headers", []))
+        # Every key is compared (no early exit), so the time taken says nothing about which matched.
+        matches = [hmac.compare_digest(_digest(key), self.digests[group]) for key in keys]
+        if any(matches):
             await self.app(scope, receive, send)
             return
-        reason = "no API key" if token is None else "a wrong API key"
-        log.warning("401 for %s %s (the %s group): %s", scope.get("method"), scope.get("path"), group, reason)
-        message = ("Incorrect API key provided." if token is not None else
-                   "No API key provided: send it as `Authorization: Bearer KEY`.")
-        await send_json(send, 401, error_object(message, "authentication_error", "invalid_api_key"),
-                        [(b"www-authenticate", b"Bearer")])
+        path = scope.get("path", "")
+        reason = "a wrong API key" if keys else "no API key"
+        log.warning("401 for %s %s (the %s group): %s", scope.get("method"), path, group, reason)
+        message = ("Incorrect API key provided." if keys else
+                   "No API key provided: send it as `Authorization: Bearer KEY` or `x-api-key: KEY`.")
+        await send_json(send, 401, refusal(path, message, "authentication_error", "invalid_api_key",
+                                           "authentication_error"), [(b"www-authenticate", b"Bearer")])
 
 
 class _TooLarge(Exception):
@@ -138,8 +164,8 @@ class BodyCap:
             await self._refuse(scope, send)
             return
         except ValueError:  # a Content-Length that is not a number
-            await send_json(send, 400, error_object("The Content-Length header is not a number.",
-                                                    "invalid_request_error"))
+            await send_json(send, 400, refusal(scope.get("path", ""), "The Content-Length header is not a number.",
+                                               "invalid_request_error", None, "invalid_request_error"))
             return
         if body is None:  # the client left before sending its body
             return
@@ -172,8 +198,9 @@ class BodyCap:
     async def _refuse(self, scope: Scope, send: Send) -> None:
         log.warning("413 for %s %s: the body is over %d bytes", scope.get("method"), scope.get("path"), self.limit)
         message = f"The request body is larger than {self.limit} bytes (the gateway's --max-body-bytes)."
-        await send_json(send, 413, error_object(message, "invalid_request_error", "request_too_large"),
-                        [(b"connection", b"close")])
+        await send_json(send, 413, refusal(scope.get("path", ""), message, "invalid_request_error", "request_too_large",
+                                           "request_too_large"), [(b"connection", b"close")])
 
 
-__all__ = ["GROUPS", "SHARED_GROUPS", "BodyCap", "Keys", "bearer_token", "group_of", "resolve_keys"]
+__all__ = ["GROUPS", "SHARED_GROUPS", "BodyCap", "Keys", "bearer_token", "group_of", "is_anthropic", "presented_keys",
+           "refusal", "resolve_keys"]

@@ -1,10 +1,12 @@
-"""An OpenAI-compatible HTTP gateway in front of `openai_chat` / `openai_completions`.
+"""An OpenAI-compatible HTTP gateway in front of `openai_chat` / `openai_completions`, which
+also serves Anthropic's Messages API in front of `anthropic_messages`.
 
     python -m tritonchat.clients.gateway --port 9000 --http-url localhost:8000 [--api-key KEY]
 
 For clients that speak only OpenAI's HTTP API (the `openai` SDK, LangChain, curl):
 
     POST /v1/chat/completions, POST /v1/completions      (group `inference`)
+    POST /v1/messages, /v1/messages/count_tokens         (group `inference`; Anthropic's, see clients/anthropic.py)
     GET  /v1/models, GET /v1/models/{id}                  (group `models`)
     GET  /health (= /health/ready), /health/live          (group `health`)
 
@@ -15,11 +17,12 @@ Triton releases whose generate endpoints answer 400 for everything). A client th
 disconnects closes the Triton request, which cancels it. `/health/ready` answers 200 when
 Triton says the chat model is ready, `/health/live` when the gateway process is up.
 
-`--api-key KEY` (or $TRITONCHAT_API_KEY) requires `Authorization: Bearer KEY` on every `/v1/`
-route; `--api-key-for GROUP=KEY` (repeatable, or $TRITONCHAT_API_KEY_INFERENCE, _MODELS,
-_HEALTH) gives a group a key of its own. `health` is open unless it has its own key (see
-`tritonchat.clients.access`). A body over `--max-body-bytes` (default: the chat model's
-`max_request_bytes` default) is refused with 413 before anything reaches Triton.
+`--api-key KEY` (or $TRITONCHAT_API_KEY) requires `Authorization: Bearer KEY` (or `x-api-key: KEY`,
+as the `anthropic` SDK sends it) on every `/v1/` route; `--api-key-for GROUP=KEY` (repeatable, or
+$TRITONCHAT_API_KEY_INFERENCE, _MODELS, _HEALTH) gives a group a key of its own. `health` is
+open unless it has its own key (see `tritonchat.clients.access`). A body over `--max-body-bytes`
+(default: the chat model's `max_request_bytes` default) is refused with 413 before anything
+reaches Triton.
 
 The gateway reaches Triton over HTTP `generate_stream` by default; `--protocol grpc` uses a
 gRPC stream instead (note that cancelling gRPC streams can crash Triton 2.51 under load; see
@@ -39,6 +42,7 @@ import time
 from contextlib import asynccontextmanager
 
 from . import CHAT_MODEL, COMPLETIONS_MODEL
+from .anthropic import MESSAGES_MODEL
 from .access import GROUPS, BodyCap, Keys, error_object, resolve_keys
 from .extras import require
 
@@ -61,7 +65,7 @@ def _wants_stream(body: bytes) -> bool:
 
 def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc_url: str = "localhost:8001",
                chat_model: str = CHAT_MODEL, completions_model: str = COMPLETIONS_MODEL,
-               api_key: str | None = None, api_keys: dict[str, str] | None = None,
+               messages_model: str = MESSAGES_MODEL, api_key: str | None = None, api_keys: dict[str, str] | None = None,
                max_body_bytes: int = MAX_BODY_BYTES, timeout: float = 600.0,
                served_model_names: list[str] | None = None, wire=None, transport=None):
     """The gateway app. `/v1/models` lists `served_model_names`, else the `served_model_name`
@@ -74,6 +78,7 @@ def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc
     from fastapi import FastAPI, Request  # noqa: PLC0415
     from fastapi.responses import JSONResponse, Response, StreamingResponse  # noqa: PLC0415
 
+    from . import anthropic  # noqa: PLC0415
     from .wires import http_base, httpx  # noqa: PLC0415
     from .wires import wire as make_wire  # noqa: PLC0415
 
@@ -155,10 +160,20 @@ def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc
     async def completions(request: Request) -> Response:
         return await forward(completions_model, request)
 
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        body = await request.body()
+        return await anthropic.forward(wire, messages_model, body.decode("utf-8", errors="replace"),
+                                       _wants_stream(body))
+
+    @app.post("/v1/messages/count_tokens")
+    async def count_tokens(request: Request) -> Response:
+        return await anthropic.forward(wire, messages_model, anthropic.counting_body(await request.body()), False)
+
     async def served() -> list[str]:
         """The served model names (raises httpx.HTTPError when Triton cannot be reached)."""
         names: list[str] = []
-        for model in dict.fromkeys((chat_model, completions_model)):
+        for model in dict.fromkeys((chat_model, completions_model, messages_model)):
             response = await triton.get(f"/v2/models/{model}/config")
             if response.status_code != 200:
                 continue
@@ -220,6 +235,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--protocol", choices=PROTOCOLS, default="http")
     parser.add_argument("--chat-model", default=CHAT_MODEL)
     parser.add_argument("--completions-model", default=COMPLETIONS_MODEL)
+    parser.add_argument("--messages-model", default=MESSAGES_MODEL, help="the Anthropic Messages model")
     parser.add_argument("--served-model-name", action="append", dest="served_model_names",
                         help="a name for /v1/models (repeatable; default: the chat models' served_model_name)")
     parser.add_argument("--api-key", default=os.environ.get(KEY_ENV),
@@ -266,7 +282,8 @@ def main(argv: list[str] | None = None) -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     app = create_app(args.http_url, protocol=args.protocol, grpc_url=args.grpc_url, chat_model=args.chat_model,
-                     completions_model=args.completions_model, api_key=args.api_key, api_keys=own_keys,
+                     completions_model=args.completions_model, messages_model=args.messages_model,
+                     api_key=args.api_key, api_keys=own_keys,
                      max_body_bytes=args.max_body_bytes, served_model_names=args.served_model_names)
     guarded = resolve_keys(args.api_key, own_keys)
     log.info("API keys required for: %s", ", ".join(guarded) or "no group (open)")

@@ -2,6 +2,7 @@
 Chat Completions and Completions requests, every rule about the request itself, parsing)."""
 
 from .parts import (
+    MAX_SCHEMA_NESTING,
     ROLES,
     AssistantMessage,
     Content,
@@ -19,11 +20,13 @@ from .parts import (
     ToolCall,
     ToolMessage,
     UserMessage,
+    json_nesting,
 )
 from .requests import (
     INT64_MAX,
     INT64_MIN,
     RESERVED_TEMPLATE_KWARGS,
+    UINT64_MAX,
     ChatCompletionRequest,
     CompletionRequest,
     GenerationFields,
@@ -36,7 +39,9 @@ from .requests import (
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
+    "MAX_SCHEMA_NESTING",
     "RESERVED_TEMPLATE_KWARGS",
+    "UINT64_MAX",
     "ROLES",
     "AssistantMessage",
     "ChatCompletionRequest",
@@ -57,6 +62,7 @@ __all__ = [
     "ToolMessage",
     "UserMessage",
     "GenerationFields",
+    "json_nesting",
     "parse_chat_request",
     "parse_completion_request",
     "parse_request",

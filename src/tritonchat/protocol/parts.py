@@ -9,7 +9,7 @@ import json
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 
 class _Strict(BaseModel):
@@ -149,6 +149,39 @@ def json_schema_from_text(text: str) -> dict:
     return value
 
 
+def _no_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError("a regular expression must not contain a NUL character")
+    return text
+
+
+def _not_blank(text: str) -> str:
+    if not text.strip():
+        raise ValueError("a grammar must not be empty or only whitespace")
+    return text
+
+
+# What vLLM refuses of a constraint before compiling it (SamplingParams._validate_structured_outputs).
+# Whether a regex or grammar compiles is for the engine's grammar backend to say.
+Regex = Annotated[str, Field(min_length=1), AfterValidator(_no_nul)]
+Grammar = Annotated[str, Field(min_length=1), AfterValidator(_not_blank)]
+# How deep objects and arrays may nest in a JSON schema constraint, the outermost counted
+# (vLLM's MAX_STRUCTURED_OUTPUT_JSON_NESTING; OpenAI allows 10).
+MAX_SCHEMA_NESTING = 64
+
+
+def json_nesting(value: Any, limit: int = MAX_SCHEMA_NESTING) -> int:
+    """How many levels of objects and arrays `value` nests (1 for a flat object), counted
+    no further than `limit` + 1."""
+    level = [value] if isinstance(value, (dict, list)) else []
+    depth = 0
+    while level and depth <= limit:
+        depth += 1
+        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, (dict, list))]
+    return depth
+
+
 class StructuredOutputs(_Strict):
     """vLLM's `structured_outputs`: exactly one constraint (other keys of vLLM's, such as
     `whitespace_pattern` or `structural_tag`, are refused)."""
@@ -156,9 +189,9 @@ class StructuredOutputs(_Strict):
     model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
 
     json_: dict[str, Any] | str | None = Field(None, alias="json")
-    regex: Annotated[str, Field(min_length=1)] | None = None
+    regex: Regex | None = None
     choice: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
-    grammar: Annotated[str, Field(min_length=1)] | None = None
+    grammar: Grammar | None = None
     json_object: bool | None = None
 
     @model_validator(mode="after")
@@ -186,5 +219,7 @@ class StreamOptions(_Strict):
 
 
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+# vLLM takes top_p in (0, 1]: 0 would keep no token at all (OpenAI's own API accepts it).
+TopP = Annotated[float, Field(gt=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
 PositiveInt = Annotated[int, Field(ge=1)]

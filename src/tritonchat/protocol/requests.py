@@ -1,8 +1,11 @@
 """The OpenAI Chat Completions and Completions requests, validated strictly (pydantic v2).
 
 Every rule about the request alone lives here: types are strict (a string is not a number,
-a float is not an integer), ranges follow OpenAI's documented limits, and the rules that
-tie fields together are model validators that raise `BadRequestError` naming the field.
+a float is not an integer), ranges follow OpenAI's documented limits, narrowed to what vLLM's
+`SamplingParams` and its engine take (Triton's vLLM backend answers a value vLLM refuses only
+with "'NoneType' object has no attribute 'lora_name'"; tests/unit/test_sampling_refusals.py
+holds the two to each other), and the rules that tie fields together are model validators that
+raise `BadRequestError` naming the field.
 Fields of OpenAI's or vLLM's schemas that this server does not carry out are refused at any
 value that would change the result (known.py).
 What depends on this server (its configuration, the generation model, the prompt's length)
@@ -17,7 +20,7 @@ import json
 import logging
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator, model_validator
 
 from ..errors import BadRequestError
 from . import known
@@ -26,14 +29,16 @@ from .parts import (
     ROLES,
     Message,
     PART_TYPES,
+    Grammar,
     NamedToolChoice,
     Penalty,
-    PositiveInt,
     Probability,
+    Regex,
     ResponseFormat,
     StreamOptions,
     StructuredOutputs,
     Tool,
+    TopP,
     json_schema_from_text,
     _Strict,
 )
@@ -41,6 +46,23 @@ from .parts import (
 log = logging.getLogger(__name__)
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# The largest integer vLLM's engine can be sent (its requests travel as MessagePack).
+UINT64_MAX = 2**64 - 1
+# Distinct `bad_words` vLLM takes for sure: it forbids at most 128 token sequences
+# (VLLM_MAX_NUM_BAD_WORDS), and makes one or two of each word (with and without a leading space).
+MAX_BAD_WORDS = 64
+# A completion budget (max_tokens, max_completion_tokens).
+TokenBudget = Annotated[int, Field(ge=1, le=UINT64_MAX)]
+
+
+def _has_a_token(word: str) -> str:
+    # vLLM strips a bad word's leading whitespace before tokenizing it, and refuses a word
+    # left without tokens.
+    if not word.strip():
+        raise ValueError("a bad word must not be only whitespace")
+    return word
+
+
 # Names `apply_chat_template` sets itself; `chat_template_kwargs` must not.
 RESERVED_TEMPLATE_KWARGS = ("messages", "tools", "add_generation_prompt", "continue_final_message", "tokenize", "chat_template")
 
@@ -49,10 +71,10 @@ class GenerationFields(_Strict):
     """Fields chat completions and completions share."""
 
     model: str | None = None
-    max_tokens: PositiveInt | None = None
+    max_tokens: TokenBudget | None = None
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
-    top_p: Probability | None = None
-    top_k: Annotated[int, Field(ge=-1)] | None = None
+    top_p: TopP | None = None
+    top_k: Annotated[int, Field(ge=-1, le=UINT64_MAX)] | None = None
     min_p: Probability | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
@@ -68,14 +90,14 @@ class GenerationFields(_Strict):
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool | None = None
     spaces_between_special_tokens: bool | None = None
-    bad_words: list[Annotated[str, Field(min_length=1)]] | None = None
+    bad_words: list[Annotated[str, Field(min_length=1), AfterValidator(_has_a_token)]] | None = None
     allowed_token_ids: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = None
     # vLLM's constrained generation beyond response_format, and its older guided_* aliases.
     structured_outputs: StructuredOutputs | None = None
     guided_json: dict[str, Any] | str | None = None
-    guided_regex: Annotated[str, Field(min_length=1)] | None = None
+    guided_regex: Regex | None = None
     guided_choice: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | None = None
-    guided_grammar: Annotated[str, Field(min_length=1)] | None = None
+    guided_grammar: Grammar | None = None
     n: Annotated[int, Field(ge=1, le=128)] | None = None
     response_format: ResponseFormat | None = None
     stream: bool | None = None
@@ -96,6 +118,15 @@ class GenerationFields(_Strict):
         stops = [value] if isinstance(value, str) else (value or [])
         if any(s == "" for s in stops):
             raise ValueError("stop sequences must not be empty strings")
+        return value
+
+    @field_validator("bad_words")
+    @classmethod
+    def _few_bad_words(cls, value):
+        if value is not None and len(set(value)) > MAX_BAD_WORDS:
+            raise ValueError(
+                f"at most {MAX_BAD_WORDS} different words are supported, got {len(set(value))} (vLLM forbids at "
+                "most 128 token sequences, and a word can make two)")
         return value
 
     @field_validator("logit_bias")
@@ -162,7 +193,7 @@ class ChatCompletionRequest(GenerationFields):
     """Every field of OpenAI's Chat Completions request, plus the usual vLLM extras."""
 
     messages: Annotated[list[Message], Field(min_length=1)]
-    max_completion_tokens: PositiveInt | None = None
+    max_completion_tokens: TokenBudget | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
 

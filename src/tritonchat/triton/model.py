@@ -1,4 +1,5 @@
-"""The `openai_chat` and `openai_completions` Triton models: lifecycle and per-request glue.
+"""The `openai_chat`, `openai_completions` and `anthropic_messages` Triton models: lifecycle and
+per-request glue.
 
     execute(requests) --> one task per request on this instance's event loop:
         body (sink.request_body) --service.prepare (worker thread)--> PreparedRequest
@@ -23,6 +24,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ..anthropic import AnthropicService
 from ..errors import InternalError, OpenAIError, UnavailableError
 from ..images import image_urls, load_image
 from ..sender import RequestState, Sender, pump
@@ -37,6 +39,18 @@ from .sink import INPUT_NAME, OUTPUT_NAME, TEXT_OUTPUT_NAME, TritonSink, pb, req
 log = logging.getLogger("tritonchat")
 # How long to wait before asking the server for the target's configuration again.
 TARGET_RETRY_S = 30.0
+
+
+class ServiceSink(TritonSink):
+    """A request's sink, whose errors go out as the service's clients expect them
+    (`Service.public_error`: OpenAI's error objects, or Anthropic's)."""
+
+    def __init__(self, request, public_error, **kwargs):
+        super().__init__(request, **kwargs)
+        self._public_error = public_error
+
+    def send_error(self, error: OpenAIError) -> None:
+        super().send_error(self._public_error(error))
 
 
 class OpenAIModel:
@@ -109,7 +123,8 @@ class OpenAIModel:
     def execute(self, requests):
         arrived = time.monotonic()
         for request in requests:
-            sink = TritonSink(request, on_close=self._closed, text_output=self.text_output)
+            sink = ServiceSink(request, self.service.public_error, on_close=self._closed,
+                               text_output=self.text_output)
             with self._open_lock:
                 full = bool(self.max_open) and self._open >= self.max_open
                 self._open += 1
@@ -182,6 +197,9 @@ class OpenAIModel:
         loop = asyncio.get_running_loop()
         await self._learn_target(loop)
         staged = await loop.run_in_executor(self.pool, self.service.stage, body, request.request_id())
+        if staged.answer is not None:  # answered without generation (Anthropic's count_tokens)
+            sink.send(staged.answer, final=True)
+            return
         images = await self._load_images(loop, staged) if staged.image_count else None
         prepared = await loop.run_in_executor(self.pool, self.service.complete, staged, images)
         opened = await asyncio.gather(*(self.transport.open(call) for call in prepared.calls), return_exceptions=True)
@@ -243,3 +261,9 @@ class OpenAICompletionsModel(OpenAIModel):
     """`openai_completions`: (legacy) Completions."""
 
     service_class = CompletionService
+
+
+class AnthropicMessagesModel(OpenAIModel):
+    """`anthropic_messages`: Anthropic Messages (its errors in Anthropic's shape: `public_error`)."""
+
+    service_class = AnthropicService

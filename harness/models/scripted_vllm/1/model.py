@@ -4,7 +4,8 @@ The prompt may contain `SCRIPT:` followed by a JSON object on the rest of the li
 the model then produces exactly what the script says. Keys (all optional):
   chunks           list of strings, one streamed response each (default ["Hello", " world"])
   repeat           {"text": str, "count": int}: `count` copies of `text` as chunks
-  interval_ms      delay before each chunk (default 0); first_delay_ms: extra delay before the first
+  interval_ms      delay before each chunk (default 0); first_delay_ms: extra delay before the first;
+                   pause_after_first_ms: extra delay before the second
   finish_reason    reason on the last response (default "stop")
   prompt_tokens    num_input_tokens to report (default: whitespace-separated words of the prompt)
   tokens_per_chunk num_output_tokens per chunk (default 1)
@@ -30,6 +31,7 @@ else the request fails with vLLM's message for a mismatch.
 import base64
 import io
 import json
+import queue
 import threading
 import time
 
@@ -76,9 +78,25 @@ def _script(prompt: str) -> dict:
     return json.JSONDecoder().raw_decode(line.strip())[0]
 
 
+class _Queued:
+    """A response sender whose `send` hands the response to the model's one sending thread."""
+
+    def __init__(self, sender, outbox):
+        self.sender, self.outbox = sender, outbox
+
+    def send(self, response, flags=0):
+        self.outbox.put((self.sender, response, flags))
+
+
 class TritonPythonModel:
     def initialize(self, args):
         parameters = json.loads(args["model_config"]).get("parameters", {})
+        # `single_sender: true`: every response goes out from one thread, as NVIDIA's vLLM
+        # backend sends (its response thread); by default each stream sends from its own.
+        self.outbox = None
+        if parameters.get("single_sender", {}).get("string_value", "").lower() == "true":
+            self.outbox = queue.SimpleQueue()
+            threading.Thread(target=self._send_loop, daemon=True).start()
         self.structured_key = parameters.get("structured_outputs_key", {}).get("string_value", "structured_outputs")
         self.active = 0
         self.lock = threading.Lock()
@@ -88,8 +106,15 @@ class TritonPythonModel:
             threading.Thread(target=self._serve, args=(request,), daemon=True).start()
         return None
 
+    def _send_loop(self):
+        while True:
+            sender, response, flags = self.outbox.get()
+            sender.send(response, flags=flags)
+
     def _serve(self, request):
         sender = request.get_response_sender()
+        if self.outbox is not None:
+            sender = _Queued(sender, self.outbox)
         with self.lock:
             self.active += 1
         try:
@@ -149,6 +174,7 @@ class TritonPythonModel:
         per_chunk = int(script.get("tokens_per_chunk", 1))
         interval = float(script.get("interval_ms", 0)) / 1000.0
         first_delay = float(script.get("first_delay_ms", 0)) / 1000.0
+        pause_after_first = float(script.get("pause_after_first_ms", 0)) / 1000.0
         error_after = script.get("error_after")
         hang_after = script.get("hang_after")
         finish = script.get("finish_reason", "stop")
@@ -189,6 +215,8 @@ class TritonPythonModel:
                 return
             if interval:
                 time.sleep(interval)
+            if i == 1 and pause_after_first:
+                time.sleep(pause_after_first)
             last = i == len(chunks) - 1
             sender.send(response(chunk, per_chunk, finish if last else None), flags=FINAL if last else 0)
         if not chunks:

@@ -1,0 +1,1 @@
+../../streamer/1/model.py
