@@ -60,7 +60,8 @@ class Settings:
     vllm_stream_whole: bool = setting(
         False,
         "`request_format: vllm`: ask the vLLM backend for a stream also for a whole (non-streamed) answer, and "
-        "assemble it here, instead of asking for one response",
+        "assemble it here, instead of asking for one response (measured slower and costlier here: see "
+        "[Whole answers](benchmarks.md#whole-answers-one-response-or-a-stream-from-the-vllm-backend))",
     )
     http_keepalive_s: float = setting(
         2.0,
