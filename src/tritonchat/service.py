@@ -21,12 +21,13 @@ from dataclasses import dataclass, replace
 from . import __version__
 from .errors import BadRequestError, OpenAIError
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat, TargetCall
-from .images import ImageFile, ImagePolicy, count_images, load_images, model_has_vision
-from .parsers import get_reasoning_parser, get_tool_parser
+from .images import ImageFile, ImagePolicy, count_images, load_images
 from .plan import Limits, ModelNames, plan_generations, requested_generation
+from .policy import check_limits, check_special_tokens, context_length, eos_token_ids, image_rule
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
-from .repository import config_context_length, config_vocab_size, generation_eos_ids
-from .chunks import ChatResponseBuilder, CompletionResponseBuilder, ResponseBuilder
+from .repository import config_vocab_size
+from .chunks import ChatResponseBuilder, ResponseBuilder
+from .completion_chunks import CompletionResponseBuilder
 from .settings import Settings
 from .target import TargetInterface, adapt_options
 from .template import Prompt, PromptRenderer, load_tokenizer, private_names
@@ -226,27 +227,7 @@ class Service:
 
     def check_limits(self, request) -> None:
         """The server's caps (settings `max_*`), each a 400 naming the field and the cap."""
-        settings = self.settings
-        chat = isinstance(request, ChatCompletionRequest)
-        budget_param = "max_completion_tokens" if getattr(request, "max_completion_tokens", None) else "max_tokens"
-        caps = [
-            ("n", request.choices, settings.max_n, "max_n", "choices"),
-            (budget_param, request.requested_max_tokens or 0, settings.max_completion_tokens_limit,
-             "max_completion_tokens_limit", "tokens"),
-            ("logit_bias", len(request.logit_bias or {}), settings.max_logit_bias, "max_logit_bias", "entries"),
-            ("messages" if chat else "prompt", content_chars(request), settings.max_content_chars,
-             "max_content_chars", "characters"),
-        ]
-        if chat:
-            caps += [
-                ("messages", len(request.messages), settings.max_messages, "max_messages", "messages"),
-                ("tools", len(request.tools or []), settings.max_tools, "max_tools", "tools"),
-            ]
-        for param, value, cap, name, unit in caps:
-            if cap and value > cap:
-                raise BadRequestError(
-                    f"'{param}' asks for {value} {unit}; this server allows at most {cap} ({name}).", param=param
-                )
+        check_limits(self.settings, request)
 
     def public_error(self, error: OpenAIError) -> OpenAIError:
         """`error` as this service's clients see it: OpenAI's error object here (a service of
@@ -319,67 +300,3 @@ class CompletionService(Service):
 
     def reading(self, request: CompletionRequest, prompt: Prompt) -> Reading:
         return Reading({"echo_text": request.prompt if request.echo else ""})
-
-
-def content_chars(request) -> int:
-    """Characters of all message contents (chat) or of the prompt (completions)."""
-    if isinstance(request, CompletionRequest):
-        return len(request.prompt) if isinstance(request.prompt, str) else 0
-    total = 0
-    for message in request.messages:
-        content = message.content
-        if isinstance(content, str):
-            total += len(content)
-        elif content:
-            total += sum(len(getattr(part, "text", "")) for part in content)
-    return total
-
-
-def image_rule(settings: Settings) -> str | None:
-    """Why this server refuses images whatever the generation model (setting `image_inputs`), or None."""
-    if settings.image_inputs == "false":
-        return "this server takes no images (image_inputs false)"
-    if settings.image_inputs == "auto" and model_has_vision(settings.tokenizer) is False:
-        return ("the model is text-only: its config.json has no vision part (vision_config, ...); set image_inputs "
-                "true if it does take images")
-    return None
-
-
-def check_special_tokens(settings: Settings) -> None:
-    """Refuse a parser whose markers are special tokens (Mistral's [TOOL_CALLS], Harmony's
-    channels) on a target that drops them: an ensemble whose postprocessing skips them, or
-    TensorRT-LLM's LLM API model (no input for it); nothing would ever be found. The vLLM and
-    `tensorrt_llm` formats keep them per request."""
-    needing = [(key, name) for key, name, lookup in (
-        ("tool_call_parser", settings.tool_call_parser, get_tool_parser),
-        ("reasoning_parser", settings.reasoning_parser, get_reasoning_parser),
-    ) if name and lookup(name).needs_special_tokens]
-    if not needing:
-        return
-    key, name = needing[0]
-    if settings.request_format == "llmapi":
-        raise ValueError(
-            f"{key} {name!r} needs special tokens in the generated text, and "
-            "TensorRT-LLM's LLM API model drops them (it has no skip_special_tokens input).")
-    if settings.request_format == "trtllm" and settings.trtllm_skip_special_tokens:
-        raise ValueError(
-            f"{key} {name!r} needs special tokens in the generated text, and the "
-            "ensemble's postprocessing model drops them (its skip_special_tokens parameter, true by default). Set "
-            "skip_special_tokens to false in the postprocessing config.pbtxt and trtllm_skip_special_tokens to false "
-            "here, or use request_format tensorrt_llm.")
-
-
-def eos_token_ids(tokenizer_path: str, tokenizer) -> tuple[int, ...]:
-    """generation_config.json's EOS ids, then the tokenizer's, without repeats."""
-    ids = generation_eos_ids(tokenizer_path)
-    own = getattr(tokenizer, "eos_token_id", None)
-    return tuple(dict.fromkeys(ids + ([own] if isinstance(own, int) else [])))
-
-
-def context_length(tokenizer_path: str, tokenizer) -> int:
-    """The model's context length from its config.json, else the tokenizer's limit, else 0."""
-    value = config_context_length(tokenizer_path)
-    if value:
-        return value
-    limit = getattr(tokenizer, "model_max_length", 0) or 0
-    return int(limit) if 0 < limit < 10**8 else 0

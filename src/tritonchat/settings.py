@@ -8,7 +8,6 @@ tokenizer and chat template), the served model name and the context length.
 from __future__ import annotations
 
 import difflib
-import json
 import logging
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -25,7 +24,7 @@ TRANSPORTS = ("http", "grpc", "bls")
 
 
 def setting(default: Any, meaning: str, choices: tuple[str, ...] = (), user: bool = False):
-    """One `config.pbtxt` parameter: its default, what it means (the README table is made from
+    """One `config.pbtxt` parameter: its default, what it means (docs/configuration.md's table is made from
     this), the values it may take, and whether the shipped config.pbtxt lists it (`user`:
     a parameter most deployments set)."""
     return field(default=default, metadata={"meaning": meaning, "choices": choices, "user": user})
@@ -335,34 +334,6 @@ def check_parameters(parameters: dict[str, str]) -> None:
             hint = f"; did you mean {close[0]!r}?" if close else " (see docs/configuration.md)"
             raise ConfigError(f"unknown chat model parameter {key!r}{hint}")
     Settings.from_parameters({"tokenizer": "-", **parameters}, None)
-
-
-def config_value(spec) -> str:
-    """A setting's default as `config.pbtxt` writes it."""
-    if isinstance(spec.default, bool):
-        return "true" if spec.default else "false"
-    if isinstance(spec.default, float) and spec.default.is_integer():
-        return str(int(spec.default))
-    return str(spec.default)
-
-
-def shipped_parameters() -> str:
-    """The `parameters` lines of the shipped config.pbtxt files: the settings most deployments
-    set, at their defaults (the rest keep their defaults unless added; see README)."""
-    return "".join(
-        f'parameters {{ key: "{spec.name}", value: {{ string_value: "{config_value(spec)}" }} }}\n'
-        for spec in parameter_fields()
-        if spec.metadata["user"]
-    )
-
-
-def markdown_table() -> str:
-    """The README's table of parameters."""
-    lines = ["| parameter | default | meaning |", "|---|---|---|"]
-    for spec in parameter_fields():
-        value = config_value(spec)
-        lines.append(f"| `{spec.name}` | {f'`{value}`' if value else 'empty'} | {spec.metadata['meaning']} |")
-    return "\n".join(lines) + "\n"
 
 
 def flatten_parameters(model_config: dict) -> dict[str, str]:

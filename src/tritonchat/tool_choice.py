@@ -93,7 +93,7 @@ class FirstCallOnly(ToolParser):
     """`parallel_tool_calls: false` in `auto` mode: keep the first call a parser finds. A wrapper:
     all state is the inner parser's, and `calls` is a read-only view of its first call."""
 
-    def __init__(self, inner: ToolParser):  # noqa: the base initializer would set state kept in `inner`
+    def __init__(self, inner: ToolParser):  # noqa: PLW0231  (the base initializer would set state kept in `inner`)
         self.inner = inner
         self.tools = inner.tools
         self.needs_special_tokens = inner.needs_special_tokens

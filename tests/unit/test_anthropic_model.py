@@ -117,7 +117,7 @@ def test_failures_of_the_generation_model_are_anthropic_errors(stub):
 def test_the_shipped_model_and_make_serve(tmp_path):
     from harness.repositories import ROOT  # noqa: PLC0415
     from tritonchat.repository import prepare_repository  # noqa: PLC0415
-    from tritonchat.settings import shipped_parameters  # noqa: PLC0415
+    from tritonchat.settings_docs import shipped_parameters  # noqa: PLC0415
 
     repo = ROOT / "model_repository"
     config = (repo / "anthropic_messages" / "config.pbtxt").read_text()

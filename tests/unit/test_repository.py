@@ -18,7 +18,7 @@ REPO = ROOT / "model_repository"
 def test_openai_model_configs_carry_what_users_change(model):
     """The shipped config.pbtxt: the Python backend, an instance group, and the parameters most
     deployments set at their defaults (the interface comes from auto_complete_config)."""
-    from tritonchat.settings import shipped_parameters  # noqa: PLC0415
+    from tritonchat.settings_docs import shipped_parameters  # noqa: PLC0415
 
     config = (REPO / model / "config.pbtxt").read_text()
     assert 'backend: "python"' in config and "instance_group" in config
@@ -122,7 +122,8 @@ def test_docker_compose_fills_nvidias_templates_for_concurrency_and_guided_decod
 
 @pytest.mark.parametrize("model", ["openai_chat", "openai_completions"])
 def test_shipped_configs_list_known_settings_at_their_defaults(model):
-    from tritonchat.settings import config_value, parameter_fields  # noqa: PLC0415
+    from tritonchat.settings import parameter_fields  # noqa: PLC0415
+    from tritonchat.settings_docs import config_value  # noqa: PLC0415
 
     text = (ROOT / "model_repository" / model / "config.pbtxt").read_text()
     listed = dict(re.findall(r'parameters \{ key: "([^"]+)", value: \{ string_value: "([^"]*)" \} \}', text))
@@ -133,7 +134,7 @@ def test_shipped_configs_list_known_settings_at_their_defaults(model):
 
 def test_configuration_page_table_is_the_settings_table():
     """The table of docs/configuration.md is made from the settings declared in settings.py."""
-    from tritonchat.settings import markdown_table  # noqa: PLC0415
+    from tritonchat.settings_docs import markdown_table  # noqa: PLC0415
 
     assert markdown_table() in (ROOT / "docs" / "configuration.md").read_text()
 

@@ -79,7 +79,7 @@ from openai.types import Completion  # noqa: E402
 
 from tritonchat.formats import TokenLogprob  # noqa: E402
 from tritonchat.formats.vllm import parse_logprobs  # noqa: E402
-from tritonchat.chunks import CompletionResponseBuilder  # noqa: E402
+from tritonchat.completion_chunks import CompletionResponseBuilder  # noqa: E402
 
 
 def test_parse_vllm_logprobs_first_entry_is_the_sampled_token():

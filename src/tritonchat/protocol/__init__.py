@@ -33,8 +33,8 @@ from .requests import (
     parse_chat_request,
     parse_completion_request,
     parse_request,
-    validation_error,
 )
+from .validation import validation_error
 
 __all__ = [
     "INT64_MAX",
