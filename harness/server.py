@@ -82,10 +82,9 @@ def server_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     )
     env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    # vLLM's CPU build pins its worker's threads to chosen cores ("auto"); on a machine whose
-    # other work sits on those cores (a shared or small machine, the tests' own load) the engine
-    # then crawls. Unpinned, the OS places them where there is room.
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    # vLLM's CPU build pins its worker's threads ("auto": core 0 of a 2-core machine, the other
+    # left to the rest): fastest here, unless something else sits on that core; then set
+    # VLLM_CPU_OMP_THREADS_BIND (`nobind`, or free cores) in the environment, which passes through.
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_OFFLINE", "1")
     env.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -25,9 +28,64 @@ class Prompt:
 
 
 def load_tokenizer(path: str):
-    from transformers import AutoTokenizer  # noqa: PLC0415  (heavy import, only at model load)
+    """The tokenizer `AutoTokenizer` makes of the directory. Which class that is, is remembered
+    per directory (its files' sizes and times, the transformers release) in a small file beside
+    other processes' (`TRITONCHAT_CACHE_DIR`, default the temporary directory): importing
+    `AutoTokenizer` costs about 3 s of CPU (it pulls in torch), and every instance of every chat
+    model loads a tokenizer, mostly the same one."""
+    import transformers  # noqa: PLC0415  (heavy import, only at model load)
 
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    key = _tokenizer_key(path, transformers.__version__)
+    known = _tokenizer_classes().get(key) if key else None
+    tokenizer_class = getattr(transformers, known, None) if known else None
+    if tokenizer_class is not None:
+        return tokenizer_class.from_pretrained(path, trust_remote_code=False)
+    from transformers import AutoTokenizer  # noqa: PLC0415
+
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
+    name = type(tokenizer).__name__
+    if key and getattr(transformers, name, None) is type(tokenizer):  # only classes of transformers itself
+        _remember_tokenizer_class(key, name)
+    return tokenizer
+
+
+def _tokenizer_cache() -> Path:
+    return Path(os.environ.get("TRITONCHAT_CACHE_DIR") or tempfile.gettempdir()) / "tritonchat-tokenizer-classes.json"
+
+
+def _tokenizer_key(path: str, version: str) -> str | None:
+    """What decides the class: the directory and the state of the files AutoTokenizer reads."""
+    directory = Path(path)
+    if not directory.is_dir():
+        return None
+    stamps = []
+    for name in ("tokenizer_config.json", "config.json", "tokenizer.json"):
+        try:
+            stat = (directory / name).stat()
+        except OSError:
+            continue
+        stamps.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return f"{directory.resolve()}|{version}|{','.join(stamps)}"
+
+
+def _tokenizer_classes() -> dict:
+    try:
+        value = json.loads(_tokenizer_cache().read_text())
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _remember_tokenizer_class(key: str, name: str) -> None:
+    """Adds one entry (written whole and renamed into place: processes may do it at once)."""
+    cache = _tokenizer_cache()
+    classes = {**_tokenizer_classes(), key: name}
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=cache.parent, prefix=cache.name, delete=False) as out:
+            json.dump(classes, out)
+        os.replace(out.name, cache)
+    except OSError:
+        log.debug("could not write %s", cache, exc_info=True)
 
 
 @functools.lru_cache(maxsize=64)

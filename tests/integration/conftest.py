@@ -30,11 +30,14 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.helpers import ChatClient
 from tests.vision import IMAGE_URL_PREFIX, vision_tokenizer
@@ -49,7 +52,7 @@ from harness.repositories import (
     write_random_lora,
 )
 from tritonchat.repository import set_parameter
-from harness.server import TritonServer, free_port, tcp_connections
+from harness.server import TritonServer, free_port, server_env, tcp_connections
 
 # Plain ChatML (string content, no tool or reasoning support) and Mistral's v1 template (no
 # system role, roles must alternate), as their models ship them.
@@ -257,6 +260,42 @@ def stopped_cleanly(server: TritonServer, engines: set[str]) -> None:
         time.sleep(0.2)
     assert not leftovers, leftovers
     print(f"\ntritonserver stopped in {time.monotonic() - started:.1f} s")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model, tmp_path_factory):
+    """vLLM's own OpenAI-compatible server on the tiny model files: the reference of the
+    differential tests (test_vllm_differential.py, test_anthropic.py); started at first use."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("vllm_openai") / "server.log"
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(tiny_model), "--served-model-name", "tiny-chat",
+        "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+        "--gpu-memory-utilization", "0.1", "--host", "127.0.0.1", "--port", str(port),
+    ]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=server_env(), start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"vLLM's server exited:\n{log_path.read_text()[-3000:]}")
+            try:
+                if requests.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"vLLM's server did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(1)
+        yield url
+    finally:
+        # Only a reference to compare with: its own graceful shutdown takes about 10 s and is
+        # not under test, so its whole process group (API server, engine core) is killed.
+        os.killpg(process.pid, 9)
+        process.wait(30)
 
 
 @pytest.fixture(autouse=True)

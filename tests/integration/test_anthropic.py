@@ -30,7 +30,6 @@ from pydantic import TypeAdapter
 from harness.server import free_port
 from tests.helpers import ChatClient, GrpcChatClient, script
 from tests.integration.test_client_gateway import wait_for
-from tests.integration.test_vllm_differential import vllm_server  # noqa: F401  (vLLM's own server, a fixture)
 from tritonchat.clients.gateway import create_app
 
 pytestmark = [pytest.mark.integration, pytest.mark.models("anthropic_scripted")]
@@ -284,7 +283,7 @@ def same(ours: dict, theirs: dict) -> None:
 
 @pytest.mark.models("anthropic_messages")
 @pytest.mark.parametrize("case", list(CASES))
-def test_same_message_as_vllms_server(vllm_server, triton, case):  # noqa: F811
+def test_same_message_as_vllms_server(vllm_server, triton, case):
     body = {"max_tokens": 24, "temperature": 0, **CASES[case]}
     theirs = vllm_messages(vllm_server, "/v1/messages", body)
     _, ours = ChatClient(triton.http_url, "anthropic_messages").create({**body, "model": "tiny-chat"})
@@ -297,7 +296,7 @@ def test_same_message_as_vllms_server(vllm_server, triton, case):  # noqa: F811
 
 
 @pytest.mark.models("anthropic_messages")
-def test_same_stop_sequence_and_stream_as_vllms_server(vllm_server, triton):  # noqa: F811
+def test_same_stop_sequence_and_stream_as_vllms_server(vllm_server, triton):
     base = {"max_tokens": 24, "temperature": 0, **CASES["system and user"]}
     text = "".join(b["text"] for b in vllm_messages(vllm_server, "/v1/messages", base)["content"])
     stop = next(text[i: i + 2] for i in range(5, len(text) - 2) if text[i: i + 2].strip())

@@ -7,15 +7,10 @@ and the token counts end to end.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 
 import pytest
 import requests
 
-from harness.server import free_port, server_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.models("openai_chat")]
 
@@ -51,40 +46,6 @@ CASES = {
     "echo": {"messages": [{"role": "user", "content": "Name a river."}, {"role": "assistant", "content": "The"}],
              "echo": True, "continue_final_message": True, "add_generation_prompt": False},
 }
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tiny_model, tmp_path_factory):
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("vllm_openai") / "server.log"
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(tiny_model), "--served-model-name", "tiny-chat",
-        "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
-        "--gpu-memory-utilization", "0.1", "--host", "127.0.0.1", "--port", str(port),
-    ]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=server_env(), start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"vLLM's server exited:\n{log_path.read_text()[-3000:]}")
-            try:
-                if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"vLLM's server did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
-        yield url
-    finally:
-        # Only a reference to compare with: its own graceful shutdown takes about 10 s and is
-        # not under test, so its whole process group (API server, engine core) is killed.
-        os.killpg(process.pid, 9)
-        process.wait(30)
 
 
 def vllm_chat(url: str, request: dict) -> dict:

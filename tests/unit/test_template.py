@@ -220,3 +220,38 @@ def test_llama3_template_without_tools_keeps_the_user_turn(tokenizer):
     assert text == ("<|start_header_id|>system<|end_header_id|>\n\n<|eot_id|>"
                     "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
                     "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+def test_a_remembered_tokenizer_class_gives_the_same_tokenizer(tmp_path, monkeypatch, tiny_model):
+    """`load_tokenizer` remembers the class AutoTokenizer chose per directory; the next load
+    (another process, another instance) builds that class directly, and the tokenizer is the
+    same in everything the pipeline uses. A changed file makes it ask AutoTokenizer again."""
+    import shutil  # noqa: PLC0415
+
+    from tritonchat import template  # noqa: PLC0415
+
+    monkeypatch.setenv("TRITONCHAT_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    calls = []
+    import transformers  # noqa: PLC0415
+
+    original = transformers.AutoTokenizer.from_pretrained
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        lambda *args, **kwargs: calls.append(args) or original(*args, **kwargs))
+    first = template.load_tokenizer(str(model))
+    second = template.load_tokenizer(str(model))
+    assert len(calls) == 1 and type(second) is type(first)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there, 中文 🎉"}]
+    for tokenizer in (first, second):
+        assert tokenizer("Hello world", add_special_tokens=True).input_ids == first("Hello world").input_ids
+    assert second.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == \
+        first.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert (second.bos_token, second.eos_token, second.eos_token_id, second.all_special_tokens) == \
+        (first.bos_token, first.eos_token, first.eos_token_id, first.all_special_tokens)
+    assert second.decode(first("Hello world").input_ids) == first.decode(first("Hello world").input_ids)
+    config = model / "tokenizer_config.json"
+    config.write_text(config.read_text() + "\n")
+    template.load_tokenizer(str(model))
+    assert len(calls) == 2
