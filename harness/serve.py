@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--grpc-port", type=int, default=8001)
     parser.add_argument("--metrics-port", type=int, default=8002)
     parser.add_argument("--chat-parameter", action="append", default=[], type=chat_parameter, metavar="KEY=VALUE",
-                        help="a parameter of openai_chat, openai_completions and anthropic_messages "
+                        help="a parameter of openai_chat, openai_completions, anthropic_messages and openai_responses "
                              "(docs/configuration.md), e.g. tool_call_parser=hermes; repeatable")
     parser.add_argument("--repository", type=Path, default=BUILD / "serve_repository",
                         help="where the runnable model repository is written")
@@ -95,13 +95,17 @@ def main() -> None:
         server.wait_ready(timeout=600)
         example = {"model": served, "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
         anthropic = {**example, "max_tokens": 32}
+        responses = {"model": served, "input": "Hello!", "stream": True}
         print(
             f"\nServing {served!r} ({model}) on http://localhost:{args.http_port}. Try:\n"
             f"  curl -sN localhost:{args.http_port}/v2/models/openai_chat/generate_stream "
             f"-d '{json.dumps({'request': json.dumps(example)})}'\n"
             f"Anthropic Messages:\n"
             f"  curl -sN localhost:{args.http_port}/v2/models/anthropic_messages/generate_stream "
-            f"-d '{json.dumps({'request': json.dumps(anthropic)})}'\n",
+            f"-d '{json.dumps({'request': json.dumps(anthropic)})}'\n"
+            f"OpenAI Responses:\n"
+            f"  curl -sN localhost:{args.http_port}/v2/models/openai_responses/generate_stream "
+            f"-d '{json.dumps({'request': json.dumps(responses)})}'\n",
             flush=True,
         )
         code = server.process.wait()

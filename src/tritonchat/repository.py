@@ -20,7 +20,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-CHAT_MODELS = ("openai_chat", "openai_completions", "anthropic_messages")
+CHAT_MODELS = ("openai_chat", "openai_completions", "anthropic_messages", "openai_responses")
 
 
 def parse_engine_arg(item: str) -> tuple[str, object]:
@@ -140,8 +140,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--chat-parameter", action="append", default=[], type=parse_engine_arg,
-        help="config.pbtxt parameter key=value of openai_chat, openai_completions and anthropic_messages (e.g. "
-             "grpc_url=localhost:9001)",
+        help="config.pbtxt parameter key=value of openai_chat, openai_completions, anthropic_messages and "
+             "openai_responses (e.g. grpc_url=localhost:9001)",
     )
     args = parser.parse_args(argv)
     dst = prepare_repository(

@@ -17,6 +17,8 @@ Its repository holds:
   hermes tool-call and qwen3 reasoning parsers, in front of each scripted model;
 - `anthropic_scripted` (with those parsers, in front of `scripted_vllm`) and `anthropic_messages`
   (in front of `vllm_model`): the Anthropic Messages model;
+- `responses_scripted` (with those parsers, in front of `scripted_vllm`) and `openai_responses`
+  (in front of `vllm_model`): the OpenAI Responses model;
 - `ensemble`, `tensorrt_llm` and `llmapi`: stand-ins with the interfaces of NVIDIA's
   TensorRT-LLM models (`llmapi_not_decoupled`: the LLM API model as NVIDIA's model.yaml
   configures it), and `chat_trtllm` / `chat_tensorrt_llm` / `chat_llmapi`: `openai_chat` in
@@ -170,6 +172,8 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     chat_model("chat_tools", **tools, **scripted)
     # Anthropic Messages (test_anthropic.py): in front of the scripted model, with the same parsers.
     chat_model("anthropic_scripted", source="anthropic_messages", **tools, **scripted)
+    # OpenAI Responses (test_responses.py): the same, in front of the scripted model.
+    chat_model("responses_scripted", source="openai_responses", **tools, **scripted)
     for fmt, target in (("trtllm", "ensemble"), ("tensorrt_llm", "tensorrt_llm"), ("llmapi", "llmapi")):
         chat_model(f"chat_tools_{fmt}", request_format=fmt, **tools, **{**trt, "target_model": target})
         chat_model(f"completions_{fmt}", source="openai_completions", request_format=fmt,
@@ -223,6 +227,7 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         chat_model("openai_chat" + suffix, transport=transport, lora_separator=":", http_keepalive_s="2")
     chat_model("openai_completions", source="openai_completions", lora_separator=":")
     chat_model("anthropic_messages", source="anthropic_messages")  # in front of the tiny model on vLLM
+    chat_model("openai_responses", source="openai_responses")  # in front of the tiny model on vLLM
     # Whole answers asked of the vLLM backend as a stream (vllm_stream_whole), assembled here.
     chat_model("chat_whole_streamed", vllm_stream_whole="true")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"

@@ -24,7 +24,7 @@ LAYERS = {
     "settings": 1, "template": 1, "plan": 1, "tool_choice": 1, "choice_text": 1, "chunks": 1, "images": 1,
     "policy": 1, "completion_chunks": 1, "settings_docs": 1,
     "target": 1,
-    "service": 2, "anthropic": 2,
+    "service": 2, "anthropic": 2, "responses": 2,
     "transports": 3, "sender": 3,
     "triton": 4,
 }

@@ -5,9 +5,9 @@
     group_of(path)            the route group of a path: "inference", "models", "health" or None
     resolve_keys(key, own)    the key each group needs, from the single key and the groups' own
 
-The groups: `inference` (`/v1/chat/completions`, `/v1/completions` and any other `/v1/` path),
-`models` (`/v1/models`, `/v1/models/{id}`) and `health` (`/health`, `/health/ready`,
-`/health/live`). The single key guards every `/v1/` group without a key of its own; `health`
+The groups: `inference` (`/v1/chat/completions`, `/v1/completions`, `/v1/messages`,
+`/v1/responses` and any other `/v1/` path), `models` (`/v1/models`, `/v1/models/{id}`) and
+`health` (`/health`, `/health/ready`, `/health/live`). The single key guards every `/v1/` group without a key of its own; `health`
 needs a key only when it is given its own, so that probes and load balancers keep working.
 
 A key is sent as `Authorization: Bearer KEY` or as `x-api-key: KEY` (the `anthropic` SDK's header).

@@ -1,5 +1,6 @@
 """An OpenAI-compatible HTTP gateway in front of `openai_chat` / `openai_completions`, which
-also serves Anthropic's Messages API in front of `anthropic_messages`.
+also serves Anthropic's Messages API in front of `anthropic_messages` and OpenAI's Responses API
+in front of `openai_responses`.
 
     python -m tritonchat.clients.gateway --port 9000 --http-url localhost:8000 [--api-key KEY]
 
@@ -7,6 +8,7 @@ For clients that speak only OpenAI's HTTP API (the `openai` SDK, LangChain, curl
 
     POST /v1/chat/completions, POST /v1/completions      (group `inference`)
     POST /v1/messages, /v1/messages/count_tokens         (group `inference`; Anthropic's, see clients/anthropic.py)
+    POST /v1/responses                                    (group `inference`; OpenAI Responses, see clients/responses.py)
     GET  /v1/models, GET /v1/models/{id}                  (group `models`)
     GET  /health (= /health/ready), /health/live          (group `health`)
 
@@ -43,6 +45,7 @@ from contextlib import asynccontextmanager
 
 from . import CHAT_MODEL, COMPLETIONS_MODEL
 from .anthropic import MESSAGES_MODEL
+from .responses import RESPONSES_MODEL
 from .access import GROUPS, BodyCap, Keys, error_object, resolve_keys
 from .extras import require
 
@@ -65,7 +68,7 @@ def _wants_stream(body: bytes) -> bool:
 
 def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc_url: str = "localhost:8001",
                chat_model: str = CHAT_MODEL, completions_model: str = COMPLETIONS_MODEL,
-               messages_model: str = MESSAGES_MODEL, api_key: str | None = None, api_keys: dict[str, str] | None = None,
+               messages_model: str = MESSAGES_MODEL, responses_model: str = RESPONSES_MODEL, api_key: str | None = None, api_keys: dict[str, str] | None = None,
                max_body_bytes: int = MAX_BODY_BYTES, timeout: float = 600.0,
                served_model_names: list[str] | None = None, wire=None, transport=None):
     """The gateway app. `/v1/models` lists `served_model_names`, else the `served_model_name`
@@ -78,7 +81,7 @@ def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc
     from fastapi import FastAPI, Request  # noqa: PLC0415
     from fastapi.responses import JSONResponse, Response, StreamingResponse  # noqa: PLC0415
 
-    from . import anthropic  # noqa: PLC0415
+    from . import anthropic, responses  # noqa: PLC0415
     from .wires import http_base, httpx  # noqa: PLC0415
     from .wires import wire as make_wire  # noqa: PLC0415
 
@@ -170,10 +173,16 @@ def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc
     async def count_tokens(request: Request) -> Response:
         return await anthropic.forward(wire, messages_model, anthropic.counting_body(await request.body()), False)
 
+    @app.post("/v1/responses")
+    async def create_response(request: Request) -> Response:
+        body = await request.body()
+        return await responses.forward(wire, responses_model, body.decode("utf-8", errors="replace"),
+                                       _wants_stream(body))
+
     async def served() -> list[str]:
         """The served model names (raises httpx.HTTPError when Triton cannot be reached)."""
         names: list[str] = []
-        for model in dict.fromkeys((chat_model, completions_model, messages_model)):
+        for model in dict.fromkeys((chat_model, completions_model, messages_model, responses_model)):
             response = await triton.get(f"/v2/models/{model}/config")
             if response.status_code != 200:
                 continue
@@ -236,6 +245,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--chat-model", default=CHAT_MODEL)
     parser.add_argument("--completions-model", default=COMPLETIONS_MODEL)
     parser.add_argument("--messages-model", default=MESSAGES_MODEL, help="the Anthropic Messages model")
+    parser.add_argument("--responses-model", default=RESPONSES_MODEL, help="the OpenAI Responses model")
     parser.add_argument("--served-model-name", action="append", dest="served_model_names",
                         help="a name for /v1/models (repeatable; default: the chat models' served_model_name)")
     parser.add_argument("--api-key", default=os.environ.get(KEY_ENV),
@@ -283,6 +293,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     app = create_app(args.http_url, protocol=args.protocol, grpc_url=args.grpc_url, chat_model=args.chat_model,
                      completions_model=args.completions_model, messages_model=args.messages_model,
+                     responses_model=args.responses_model,
                      api_key=args.api_key, api_keys=own_keys,
                      max_body_bytes=args.max_body_bytes, served_model_names=args.served_model_names)
     guarded = resolve_keys(args.api_key, own_keys)

@@ -5,6 +5,6 @@ Triton's Python stub). Everything else, request to response, is in the Triton-fr
 around it (see `tritonchat.service`).
 """
 
-from .model import AnthropicMessagesModel, OpenAIChatModel, OpenAICompletionsModel
+from .model import AnthropicMessagesModel, OpenAIChatModel, OpenAICompletionsModel, OpenAIResponsesModel
 
-__all__ = ["AnthropicMessagesModel", "OpenAIChatModel", "OpenAICompletionsModel"]
+__all__ = ["AnthropicMessagesModel", "OpenAIChatModel", "OpenAICompletionsModel", "OpenAIResponsesModel"]

@@ -1,5 +1,5 @@
-"""The `openai_chat`, `openai_completions` and `anthropic_messages` Triton models: lifecycle and
-per-request glue.
+"""The `openai_chat`, `openai_completions`, `anthropic_messages` and `openai_responses` Triton
+models: lifecycle and per-request glue.
 
     execute(requests) --> one task per request on this instance's event loop:
         body (sink.request_body) --service.prepare (worker thread)--> PreparedRequest
@@ -25,6 +25,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..anthropic import AnthropicService
+from ..responses import ResponsesService
 from ..errors import InternalError, OpenAIError, UnavailableError
 from ..images import image_urls, load_image
 from ..sender import RequestState, Sender, pump
@@ -267,3 +268,9 @@ class AnthropicMessagesModel(OpenAIModel):
     """`anthropic_messages`: Anthropic Messages (its errors in Anthropic's shape: `public_error`)."""
 
     service_class = AnthropicService
+
+
+class OpenAIResponsesModel(OpenAIModel):
+    """`openai_responses`: OpenAI Responses (`POST /v1/responses`)."""
+
+    service_class = ResponsesService
