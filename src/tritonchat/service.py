@@ -23,6 +23,8 @@ from .errors import BadRequestError, OpenAIError
 from .formats import FORMATS, Decoder, FormatOptions, GenerationRequest, RequestFormat, TargetCall
 from .images import ImageFile, ImagePolicy, count_images, load_images
 from .plan import Limits, ModelNames, plan_generations, requested_generation
+from .protocol.tokenize import endpoint_of
+from .tokenizing import tokenize_answer
 from .policy import check_limits, check_special_tokens, context_length, eos_token_ids, image_rule
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
 from .repository import config_vocab_size
@@ -80,6 +82,8 @@ class Service:
     """What the chat and completions services share."""
 
     id_prefix = ""
+    # vLLM's `/tokenize` and `/detokenize` (a body with `endpoint`: see protocol/tokenize.py).
+    answers_tokenize = False
     # The completion budget of a request that sets none, where `default_max_tokens` is 0
     # (0: whatever fits in the context).
     default_budget = 0
@@ -143,6 +147,8 @@ class Service:
                 f"The request body has {len(body)} bytes; this server takes at most "
                 f"{self.settings.max_request_bytes} (max_request_bytes)."
             )
+        if self.answers_tokenize and (special := endpoint_of(body)) is not None:
+            return Staged(None, None, None, request_id, 0, answer=tokenize_answer(self, *special))
         request = self.parse(body)
         asked = self.check_policy(request)
         prompt = self.render(request)
@@ -252,6 +258,7 @@ class ChatService(Service):
     """Chat Completions (`openai_chat`)."""
 
     id_prefix = "chatcmpl-"
+    answers_tokenize = True
     builder_class = ChatResponseBuilder
 
     def parse(self, body: str | bytes) -> ChatCompletionRequest:
@@ -289,6 +296,7 @@ class CompletionService(Service):
     """(Legacy) Completions (`openai_completions`)."""
 
     id_prefix = "cmpl-"
+    answers_tokenize = True
     builder_class = CompletionResponseBuilder
     default_budget = 16  # as OpenAI's and vLLM's Completions (vLLM: CompletionRequest.max_tokens = 16)
 

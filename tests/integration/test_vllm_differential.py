@@ -2,11 +2,12 @@
 
 The same conversations must give the same content, finish_reason and usage: that checks
 the prompt (chat template, content parts, no doubled BOS), the token budget, stop strings
-and the token counts end to end.
+and the token counts end to end. Also /tokenize and /detokenize.
 """
 
 from __future__ import annotations
 
+import json
 
 import pytest
 import requests
@@ -83,3 +84,31 @@ def test_same_stop_string_handling(vllm_server, triton):
     _, ours = ChatClient(triton.http_url, "openai_chat").create({**base, "stop": [stop], "include_stop_str_in_output": True})
     assert ours["choices"][0]["message"]["content"] == reference["choices"][0]["message"]["content"]
     assert ours["choices"][0]["message"]["content"].endswith(stop)
+
+
+def triton_answer(triton, body: dict) -> dict:
+    r = requests.post(f"http://{triton.http_url}/v2/models/openai_chat/generate",
+                      json={"request": json.dumps(body)}, timeout=60)
+    assert r.status_code == 200, r.text
+    return json.loads(r.json()["response"])
+
+
+@pytest.mark.parametrize("body", [
+    {"prompt": "The river flows, 你好 🎉", "return_token_strs": True},
+    {"prompt": "The river flows", "add_special_tokens": False},
+    {"messages": CASES["system and user"]["messages"]},
+    {"messages": CASES["multi-turn"]["messages"], "add_generation_prompt": False, "return_token_strs": True},
+], ids=["prompt", "prompt without special tokens", "messages", "messages without generation prompt"])
+def test_same_tokens_as_vllms_tokenize(vllm_server, triton, body):
+    """`openai_chat` answers vLLM's /tokenize (the gateway's route; here through Triton's
+    `generate` with `endpoint`) as vLLM's own server does."""
+    theirs = requests.post(f"{vllm_server}/tokenize", json={"model": "tiny-chat", **body}, timeout=60)
+    theirs.raise_for_status()
+    assert triton_answer(triton, {"endpoint": "tokenize", **body}) == theirs.json()
+
+
+def test_same_text_as_vllms_detokenize(vllm_server, triton):
+    tokens = triton_answer(triton, {"endpoint": "tokenize", "prompt": "The river flows, 你好 🎉"})["tokens"]
+    theirs = requests.post(f"{vllm_server}/detokenize", json={"model": "tiny-chat", "tokens": tokens}, timeout=60)
+    theirs.raise_for_status()
+    assert triton_answer(triton, {"endpoint": "detokenize", "tokens": tokens}) == theirs.json()

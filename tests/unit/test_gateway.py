@@ -347,3 +347,16 @@ def test_a_bad_api_key_for_is_refused_without_showing_the_key(capsys):
 
 def test_the_gateways_protocols_are_the_wires():
     assert list(PROTOCOLS) == sorted(wires.ASYNC_WIRES)
+
+
+def test_tokenize_and_detokenize_go_to_the_chat_model_marked_and_need_the_inference_key(fake_wire):
+    """vLLM's /tokenize and /detokenize: the body goes to the chat model with its `endpoint`, never
+    streamed, and the routes are in the `inference` group."""
+    with gateway(fake_wire, api_key="k") as client:
+        assert ask(client, {"prompt": "Hi", "stream": True}, "/tokenize").status_code == 401
+        response = ask(client, {"prompt": "Hi", "stream": True}, "/tokenize", authorization="Bearer k")
+        assert response.status_code == 200 and response.json() == COMPLETION
+        assert ask(client, {"tokens": [1, 2]}, "/detokenize", authorization="Bearer k").status_code == 200
+    assert [(model, json.loads(body), stream) for model, body, stream in fake_wire.calls] == [
+        ("openai_chat", {"prompt": "Hi", "stream": True, "endpoint": "tokenize"}, False),
+        ("openai_chat", {"tokens": [1, 2], "endpoint": "detokenize"}, False)]

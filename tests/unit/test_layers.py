@@ -22,7 +22,7 @@ LAYERS = {
     "tritonchat": 0,
     "errors": 0, "protocol": 0, "formats": 0, "parsers": 0, "tokens": 0, "repository": 0, "sse": 0,
     "settings": 1, "template": 1, "plan": 1, "tool_choice": 1, "choice_text": 1, "chunks": 1, "images": 1,
-    "policy": 1, "completion_chunks": 1, "settings_docs": 1,
+    "policy": 1, "completion_chunks": 1, "settings_docs": 1, "tokenizing": 1,
     "target": 1,
     "service": 2, "anthropic": 2, "responses": 2,
     "transports": 3, "sender": 3,

@@ -25,6 +25,7 @@ class AnthropicService(ChatService):
     """Anthropic Messages (`anthropic_messages`): `POST /v1/messages` and `count_tokens`."""
 
     id_prefix = "msg_"
+    answers_tokenize = False  # vLLM's /tokenize belongs to the OpenAI models
     builder_class = MessageBuilder
 
     def parse(self, body: str | bytes) -> MessagesChatRequest:

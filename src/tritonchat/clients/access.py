@@ -6,7 +6,7 @@
     resolve_keys(key, own)    the key each group needs, from the single key and the groups' own
 
 The groups: `inference` (`/v1/chat/completions`, `/v1/completions`, `/v1/messages`,
-`/v1/responses` and any other `/v1/` path), `models` (`/v1/models`, `/v1/models/{id}`) and
+`/v1/responses`, any other `/v1/` path, and vLLM's `/tokenize` and `/detokenize`), `models` (`/v1/models`, `/v1/models/{id}`) and
 `health` (`/health`, `/health/ready`, `/health/live`). The single key guards every `/v1/` group without a key of its own; `health`
 needs a key only when it is given its own, so that probes and load balancers keep working.
 
@@ -65,7 +65,7 @@ def group_of(path: str) -> str | None:
     """The route group of a request path (None: no group, open)."""
     if path == "/v1/models" or path.startswith("/v1/models/"):
         return "models"
-    if path.startswith("/v1/"):
+    if path.startswith("/v1/") or path in ("/tokenize", "/detokenize"):
         return "inference"
     if path == "/health" or path.startswith("/health/"):
         return "health"

@@ -7,6 +7,7 @@ in front of `openai_responses`.
 For clients that speak only OpenAI's HTTP API (the `openai` SDK, LangChain, curl):
 
     POST /v1/chat/completions, POST /v1/completions      (group `inference`)
+    POST /tokenize, /detokenize                          (group `inference`; vLLM's, answered by the chat model)
     POST /v1/messages, /v1/messages/count_tokens         (group `inference`; Anthropic's, see clients/anthropic.py)
     POST /v1/responses                                    (group `inference`; OpenAI Responses, see clients/responses.py)
     GET  /v1/models, GET /v1/models/{id}                  (group `models`)
@@ -56,6 +57,16 @@ log = logging.getLogger("tritonchat.gateway")
 MAX_BODY_BYTES = 16 * 1024 * 1024
 PROTOCOLS = ("grpc", "http")  # the keys of tritonchat.clients.wires.ASYNC_WIRES
 KEY_ENV = "TRITONCHAT_API_KEY"  # the single key; a group's own: TRITONCHAT_API_KEY_<GROUP>
+
+
+def marked(text: str, endpoint: str) -> str:
+    """A JSON object body marked with `"endpoint": endpoint` (anything else goes as it is: the model
+    answers the 400)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return json.dumps({**value, "endpoint": endpoint}, ensure_ascii=False) if isinstance(value, dict) else text
 
 
 def _wants_stream(body: bytes) -> bool:
@@ -116,10 +127,12 @@ def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc
 
     failures = (openai.APIStatusError, httpx.TransportError)
 
-    async def forward(model: str, request: Request) -> Response:
+    async def forward(model: str, request: Request, endpoint: str | None = None) -> Response:
         body = await request.body()
         text = body.decode("utf-8", errors="replace")
-        if not _wants_stream(body):
+        if endpoint is not None:  # answered by the model without generating (protocol/tokenize.py)
+            text = marked(text, endpoint)
+        if endpoint is not None or not _wants_stream(body):
             payloads = wire.payloads(model, text, False)
             try:
                 payload = await payloads.__anext__()
@@ -162,6 +175,14 @@ def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         return await forward(completions_model, request)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request) -> Response:
+        return await forward(chat_model, request, "tokenize")
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request) -> Response:
+        return await forward(chat_model, request, "detokenize")
 
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:

@@ -47,6 +47,8 @@ def responses_error(error: OpenAIError) -> OpenAIError:
 class ResponsesService(ChatService):
     """OpenAI Responses (`openai_responses`): `POST /v1/responses`."""
 
+    answers_tokenize = False  # vLLM's /tokenize belongs to the chat and completions models
+
     id_prefix = "resp_"
     builder_class = ResponsesBuilder
 
