@@ -108,11 +108,27 @@ def add_vllm_model(repo: Path, name: str, model_dir: Path, lora_adapters: dict |
     dst = repo / name
     (dst / "1").mkdir(parents=True)
     shutil.copy(ROOT / "model_repository" / "vllm_model" / "config.pbtxt", dst / "config.pbtxt")
+    write_engine_args(dst / "1", model_dir, lora_adapters, **engine_args)
+    return dst
+
+
+def write_engine_args(version_dir: Path, model_dir: Path, lora_adapters: dict | None = None, **engine_args) -> None:
+    """`model.json` (the tiny model's engine settings, with `engine_args`) and, with LoRA adapters,
+    `multi_lora.json` in a model's version directory, as Triton's vLLM backend reads them."""
     args = {"model": str(model_dir), **TINY_ENGINE_ARGS, **engine_args}
     if lora_adapters:
         args.update(enable_lora=True, max_lora_rank=8)
-        (dst / "1" / "multi_lora.json").write_text(json.dumps({k: str(v) for k, v in lora_adapters.items()}))
-    (dst / "1" / "model.json").write_text(json.dumps(args, indent=2))
+        (version_dir / "multi_lora.json").write_text(json.dumps({k: str(v) for k, v in lora_adapters.items()}))
+    (version_dir / "model.json").write_text(json.dumps(args, indent=2))
+
+
+def add_inprocess_chat_model(repo: Path, name: str, model_dir: Path, source: str = "openai_chat",
+                             lora_adapters: dict | None = None, engine_args: dict | None = None,
+                             **parameters: str) -> Path:
+    """`openai_chat` (or `source`) with its own vLLM engine (`engine: inprocess`): its version
+    directory holds the model.json (and multi_lora.json) a vllm_model would."""
+    dst = add_chat_model(repo, name, source, engine="inprocess", **parameters)
+    write_engine_args(dst / "1", model_dir, lora_adapters, **(engine_args or {}))
     return dst
 
 

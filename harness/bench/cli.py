@@ -7,8 +7,10 @@
 Two groups of paths, each path doing the same work:
 - `vllm`: `raw` = `vllm_model` (the tiny chat model on the local vLLM backend) called with the
   prompt `openai_chat` would render; `chat <transport>` = `openai_chat` in front of it, one per
-  transport; with `--vllm-server`, `vllm serve` = vLLM's own OpenAI server on the same model
-  with the same engine settings (its `/v1/chat/completions`, the same chat request);
+  transport; `chat inprocess` = `openai_chat` with its own vLLM engine on the same engine
+  settings (`engine: inprocess`, no second model; `--no-inprocess` leaves it out); with
+  `--vllm-server`, `vllm serve` = vLLM's own OpenAI server on the same model with the same engine
+  settings (its `/v1/chat/completions`, the same chat request);
 - `scripted`: `raw` = `scripted_vllm` (a fake engine emitting one token every
   `--scripted-interval-ms`), `chat <transport>` = `openai_chat` in front of it. No engine
   competes for the CPU here, so this group isolates what the chat layer itself costs.
@@ -40,7 +42,8 @@ run; for a silent stream the stacks of the stuck model's stub are saved next to 
 
 By default a tritonserver is started on free ports with a temporary model repository;
 `--url host:port` uses a running one instead (see the `--*-model` options for names; with
-several transports the chat models are `<name>_<transport>`).
+several transports the chat models are `<name>_<transport>`; the one with its own engine is
+`<name>_inprocess`).
 """
 
 from __future__ import annotations
@@ -126,6 +129,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--variant", action="append", default=[], type=_variant,
                    help="an extra chat path over the first transport whose model has these config parameters, "
                         "LABEL:key=value[,key=value...], e.g. 'lanes2:responder_threads=2' (repeatable)")
+    p.add_argument("--inprocess", action=argparse.BooleanOptionalAction, default=True,
+                   help="on the vllm pair, also 'chat inprocess': the chat model with its own vLLM engine on the "
+                        "same engine settings (engine: inprocess)")
     p.add_argument("--vllm-server", nargs="?", const="start", default=None,
                    help="add vLLM's own OpenAI server on the tiny model as a path of the vllm pair: started "
                         "here, or the URL of a running one (http://host:port)")

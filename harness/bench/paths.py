@@ -3,8 +3,10 @@
 Two pairs: `vllm` (the tiny chat model on the local vLLM backend) and `scripted` (a fake engine
 emitting one token every `--scripted-interval-ms`). In each: `raw` = the generation model called
 with the prompt `openai_chat` would render; `chat <transport>` = `openai_chat` in front of it,
-one per transport (and per `--variant`, per `--stream-intervals` value); on the vLLM pair, with
-`--vllm-server`, `vllm serve` = vLLM's own OpenAI server with the same chat request.
+one per transport (and per `--variant`, per `--stream-intervals` value); on the vLLM pair,
+`chat inprocess` = `openai_chat` with its own vLLM engine on the same engine arguments
+(`engine: inprocess`; `--no-inprocess` leaves it out) and, with `--vllm-server`, `vllm serve` =
+vLLM's own OpenAI server with the same chat request.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from harness.bench.load import Target
 DEFAULT_TOKENIZER = BUILD / "tiny-chat"
 VLLM_PROMPT = "Tell me a long story about a lighthouse keeper and the ships she guided home."
 VLLM_SERVE = "vllm serve"  # vLLM's own OpenAI server on the same model
+INPROCESS = "chat inprocess"  # openai_chat with its own engine (engine: inprocess) on the same model
 
 
 def make_tiny_model(tokenizer: Path) -> None:
@@ -91,6 +94,11 @@ def chat_model_name(args, pair: str, transport: str) -> str:
     return base if len(args.transports) == 1 else f"{base}_{transport}"
 
 
+def inprocess_model_name(args) -> str:
+    """The chat model with its own engine (the vLLM pair's `chat inprocess`)."""
+    return f"{args.chat_model}_inprocess"
+
+
 def variant_model_name(args, pair: str, label: str) -> str:
     """The chat model of a `--variant` (the first transport, the variant's parameters)."""
     return f"{chat_model_name(args, pair, args.transports[0])}_{label}"
@@ -98,8 +106,8 @@ def variant_model_name(args, pair: str, label: str) -> str:
 
 def build_targets(args, renderer: Renderer) -> list[list[Target]]:
     """Per selected pair: raw first, then `openai_chat` over each transport (and with each stream
-    interval, over the first transport), then vLLM's own server on the vLLM pair; all doing the
-    same work."""
+    interval, over the first transport), then on the vLLM pair `openai_chat` with its own engine
+    and vLLM's own server; all doing the same work."""
     groups = []
     for pair in args.paths:
         if pair == "vllm":
@@ -120,6 +128,8 @@ def build_targets(args, renderer: Renderer) -> list[list[Target]]:
             request = {**chat, "stream_interval": interval}
             group.append(Target(pair, f"chat {transport} si={interval}", chat_model_name(args, pair, transport),
                                 generate_body(request)))
+        if pair == "vllm" and args.inprocess:
+            group.append(Target(pair, INPROCESS, inprocess_model_name(args), generate_body(chat)))
         if pair == "vllm" and args.vllm_server:
             group.append(Target(pair, VLLM_SERVE, "tiny-chat", {"model": "tiny-chat", **chat},
                                 url=f"{args.vllm_server}/v1/chat/completions" if args.vllm_server != "start" else ""))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness import ROOT
 from harness.bench.measure import LATENCY_KEYS
-from harness.bench.paths import VLLM_SERVE
+from harness.bench.paths import INPROCESS, VLLM_SERVE
 from harness.bench.profile import STAGES
 
 
@@ -21,6 +21,54 @@ from harness.bench.profile import STAGES
 
 BURST_ITL_MS = 0.1  # inter-token gaps this small mean whole streams arrive at once
 STUB_CPU_TARGET_US = 80.0
+# `chat inprocess` (engine: inprocess) against the raw vLLM model and vLLM's own server.
+INPROCESS_VS_RAW = 1.0
+INPROCESS_VS_SERVE = 0.9
+INPROCESS_TTFT_MS = 2.0
+INPROCESS_CPU_VS_SERVE = 1.2
+
+
+def server_cpu_us(entry: dict, side: str) -> float | None:
+    """All the server-side CPU per token of a path (medians summed): tritonserver, the chat stub and
+    the generation model's processes (the raw model's stub and engine, or for `chat inprocess`
+    the processes its own stub started); for vLLM's own server, its whole process tree."""
+    if side not in entry["models"]:
+        return None
+    cpu = entry["cpu_us_per_token"].get(side, {})
+    if side == VLLM_SERVE:
+        return cpu[VLLM_SERVE]["median"] if cpu.get(VLLM_SERVE) else None
+    model, raw_model = entry["models"][side], entry["models"]["raw"]
+    stub = cpu.get(model) if side.startswith("chat") else None
+    if side == INPROCESS:
+        engine = _sum_medians(cpu.get(f"{model} children"))
+    else:
+        engine = _sum_medians(cpu.get(raw_model), cpu.get(f"{raw_model} children"))
+    return _sum_medians(cpu.get("tritonserver"), stub, {"median": engine} if engine is not None else None)
+
+
+def _inprocess_checks(entry: dict) -> list[dict]:
+    """`chat inprocess`: tokens/s >= 1.0x raw and >= 0.9x vLLM's own server at 16 and 64, first
+    token p50 at 1 at most 2 ms after vLLM's own server's, server CPU per token <= 1.2x its own."""
+    pair, concurrency, checks = entry["pair"], entry["concurrency"], []
+    raw = entry["vs_raw"].get(INPROCESS, {}).get("tokens_per_s_ratio")
+    if concurrency in (16, 64) and raw:
+        checks.append(_check(pair, INPROCESS, f"tokens/s vs raw at concurrency {concurrency} >= "
+                             f"{INPROCESS_VS_RAW:.1f}x", raw["median"], raw["median"] >= INPROCESS_VS_RAW))
+    serve = entry["vs_vllm_serve"].get(INPROCESS, {})
+    if concurrency in (16, 64) and serve.get("tokens_per_s_ratio"):
+        ratio = serve["tokens_per_s_ratio"]["median"]
+        checks.append(_check(pair, INPROCESS, f"tokens/s vs vLLM's own server at concurrency {concurrency} >= "
+                             f"{INPROCESS_VS_SERVE:.1f}x", ratio, ratio >= INPROCESS_VS_SERVE))
+    if concurrency == 1 and serve.get("ttft_p50_ms_diff"):
+        diff = serve["ttft_p50_ms_diff"]["median"]
+        checks.append(_check(pair, INPROCESS, f"TTFT p50 vs vLLM's own server at concurrency 1 <= "
+                             f"+{INPROCESS_TTFT_MS:g} ms", diff, diff <= INPROCESS_TTFT_MS))
+    ours, theirs = server_cpu_us(entry, INPROCESS), server_cpu_us(entry, VLLM_SERVE)
+    if concurrency in (16, 64) and ours and theirs:
+        checks.append(_check(pair, INPROCESS, f"server CPU per token vs vLLM's own server at concurrency "
+                             f"{concurrency} <= {INPROCESS_CPU_VS_SERVE:.1f}x", ours / theirs,
+                             ours / theirs <= INPROCESS_CPU_VS_SERVE))
+    return checks
 
 
 def _check(pair: str, side: str, what: str, value: float | None, ok: bool, note: str | None = None) -> dict:
@@ -31,10 +79,12 @@ def check_targets(summary: list[dict]) -> list[dict]:
     """The targets of the chat layer, on the scripted fixed-rate engine (each chat side vs raw,
     in the same run): tokens/s >= 0.85x raw at 16, 64 and 256; added TTFT p50 <= 1.5 ms at 1 and
     <= 10 ms at 16; ITL p50 <= 1.3x raw at 16; CPU in the chat model's stub <= 80 µs per token (at
-    64). On the vLLM pair: chat tokens/s at or above vLLM's own server at 64."""
+    64). On the vLLM pair: chat tokens/s at or above vLLM's own server at 64; for `chat inprocess`
+    its own targets (`_inprocess_checks`)."""
     checks = []
     for entry in summary:
         pair, concurrency = entry["pair"], entry["concurrency"]
+        checks += _inprocess_checks(entry)
         for side, cmp in entry["vs_raw"].items():
             if not side.startswith("chat"):
                 continue
@@ -62,7 +112,7 @@ def check_targets(summary: list[dict]) -> list[dict]:
                                          value, value <= STUB_CPU_TARGET_US))
         for side, cmp in entry["vs_vllm_serve"].items():
             ratio = cmp["tokens_per_s_ratio"]
-            if concurrency == 64 and ratio:
+            if concurrency == 64 and ratio and side != INPROCESS:
                 checks.append(_check(pair, side, "tokens/s vs vLLM's own server at concurrency 64 >= 1.0x",
                                      ratio["median"], ratio["median"] >= 1.0))
     return checks
@@ -180,25 +230,31 @@ def markdown_report(summary: list[dict], checks: list[dict], args, profiles: lis
             "",
             "## CPU time per generated token (µs, medians), by process",
             "",
-            "`chat stub`: the Python-backend stub of the path's chat model; `generation model`: the raw "
-            "model's stub and the processes it started (the vLLM engine). Last column: CPU cores that "
+            "`chat stub`: the Python-backend stub of the path's chat model (for `chat inprocess` with "
+            "its engine's front end: output processing, detokenizing); `generation model`: the raw "
+            "model's stub and the processes it started (the vLLM engine), for `chat inprocess` the "
+            "engine processes its own stub started; `server total`: what the path's server processes "
+            "used together (for `vllm serve`, its own tree). Last column: CPU cores that "
             "processes outside this benchmark kept busy during the runs (max over runs); much above 0 "
             "means the figures are disturbed.",
             "",
             "| pair | conc | path | bench client | tritonserver | chat stub | generation model | "
-            f"{VLLM_SERVE} | other processes (cores) |",
-            "|---|---|---|---|---|---|---|---|---|",
+            f"{VLLM_SERVE} | server total | other processes (cores) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for e in cpu_rows:
             raw_model = e["models"]["raw"]
             for side, cpu in e["cpu_us_per_token"].items():
-                stub = cpu.get(e["models"][side]) if side.startswith("chat") else None
-                engine = _sum_medians(cpu.get(raw_model), cpu.get(f"{raw_model} children"))
+                model = e["models"][side]
+                stub = cpu.get(model) if side.startswith("chat") else None
+                engine = (_sum_medians(cpu.get(f"{model} children")) if side == INPROCESS
+                          else _sum_medians(cpu.get(raw_model), cpu.get(f"{raw_model} children")))
                 others = e["other_processes_cores"][side]
                 cells = [_num(cpu["bench client"]["median"]) if cpu.get("bench client") else "-",
                          _num(cpu["tritonserver"]["median"]) if cpu.get("tritonserver") else "-",
                          _num(stub["median"]) if stub else "-", _num(engine),
                          _num(cpu[VLLM_SERVE]["median"]) if cpu.get(VLLM_SERVE) else "-",
+                         _num(server_cpu_us(e, side)),
                          _num(others["max"]) if others else "-"]
                 lines.append(f"| {e['pair']} | {e['concurrency']} | {side} | " + " | ".join(cells) + " |")
     if profiles:

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from harness.bench import BenchError, log
-from harness.bench.paths import DEFAULT_TOKENIZER, chat_model_name, variant_model_name
+from harness.bench.paths import DEFAULT_TOKENIZER, chat_model_name, inprocess_model_name, variant_model_name
 
 
 def set_instance_count(config_path: Path, count: int) -> None:
@@ -31,8 +31,14 @@ def set_instance_count(config_path: Path, count: int) -> None:
 
 def build_repository(repo: Path, args, grpc_port: int, http_port: int) -> None:
     """The models the selected pairs need, as tests/conftest.py builds them: per pair the raw
-    model and one chat model per transport."""
-    from harness.repositories import add_chat_model, add_test_model, add_vllm_model  # noqa: PLC0415
+    model and one chat model per transport (on the vLLM pair, also the chat model with its own
+    engine, on the raw model's engine arguments)."""
+    from harness.repositories import (  # noqa: PLC0415
+        add_chat_model,
+        add_inprocess_chat_model,
+        add_test_model,
+        add_vllm_model,
+    )
 
     loopback = {"grpc_url": f"127.0.0.1:{grpc_port}", "http_url": f"127.0.0.1:{http_port}",
                 **{key: str(value) for key, value in args.chat_parameter}}
@@ -40,6 +46,10 @@ def build_repository(repo: Path, args, grpc_port: int, http_port: int) -> None:
         if pair == "vllm":
             add_vllm_model(repo, args.raw_model, args.tokenizer, **dict(args.engine_arg))
             extra = {"target_model": args.raw_model}
+            if args.inprocess:
+                chat_dir = add_inprocess_chat_model(repo, inprocess_model_name(args), args.tokenizer,
+                                                    engine_args=dict(args.engine_arg), **loopback)
+                set_instance_count(chat_dir / "config.pbtxt", args.instances)
         else:
             add_test_model(repo, args.raw_scripted_model, "scripted_vllm")
             extra = {"target_model": args.raw_scripted_model, "tokenizer": str(args.tokenizer),

@@ -44,118 +44,52 @@ Differences from the real backend:
   Non-streaming answers, and their cancellation checks after every engine output, happen on the
   event loop, as in the real backend.
 
-Process-level details that make vLLM work inside a Python backend stub (UTF-8 locale,
-`spawn` for the engine processes, a lazy vLLM import, GC freezing) are explained where
-they are done.
+The engine itself runs on `tritonchat.engine`, the driver the chat models' in-process engine
+(`engine: inprocess`) shares: engine arguments and LoRA adapters read from the version
+directory, SamplingParams built from the JSON, the engine made and shut down, cumulative outputs
+turned into deltas, and the process-level details that make vLLM work inside a Python backend
+stub (UTF-8 locale, `spawn` for the engine processes, a lazy vLLM import, GC freezing), each
+explained there. What stays here is Triton's interface: tensors in and out, responses, flags,
+errors and cancellation as NVIDIA's backend has them.
 """
 
-import locale
-import multiprocessing
-import os
-import shutil
-import sys
+from tritonchat.engine.process import freeze_gc, prepare_process
 
-
-def _use_utf8_locale() -> None:
-    """Switch the process locale to UTF-8.
-
-    The Python backend stub embeds an interpreter that starts with the ASCII "C" locale and
-    ignores PYTHONUTF8, so `open()` defaults to ASCII and torch/vLLM/transformers fail on
-    UTF-8 files (`UnicodeDecodeError: 'ascii' codec`). Setting the C locale makes the
-    preferred encoding UTF-8. This must run before vLLM or torch is imported.
-    """
-    for name in ("C.UTF-8", "C.utf8", "en_US.UTF-8"):
-        try:
-            locale.setlocale(locale.LC_ALL, name)
-            return
-        except locale.Error:
-            continue
-
-
-def _python_executable() -> str | None:
-    """A real Python interpreter for `multiprocessing` to spawn.
-
-    In the stub `sys.executable` is resolved from the `python3` first on PATH (the venv's);
-    if an embedding ever reports the stub binary or nothing instead, spawning would run the
-    wrong program, so fall back to the interpreter of this prefix.
-    """
-    candidates = [
-        sys.executable,
-        os.path.join(sys.exec_prefix, "bin", f"python{sys.version_info.major}.{sys.version_info.minor}"),
-        os.path.join(sys.exec_prefix, "bin", "python3"),
-        shutil.which("python3"),
-    ]
-    for path in candidates:
-        if path and os.path.basename(path).startswith("python") and os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def _prepare_engine_subprocesses() -> None:
-    """Make vLLM's engine-core and worker subprocesses start correctly from a stub.
-
-    - Start method: vLLM's default is `fork` (its CPU platform switches to `spawn` on its
-      own). Forking the stub would copy a multi-threaded process that holds shared-memory
-      IPC with tritonserver, so always use `spawn`.
-    - Executable: `spawn` runs `sys.executable`; make sure it is a Python interpreter.
-    - Main module: the stub's `__main__` is a built-in module without `__file__`, so a
-      spawned child has no main script to re-import; no `if __name__ == "__main__"` guard is
-      needed (unlike a script that starts the engine at import time).
-    - argv: the stub sets `sys.argv == ['']`; spawn copies it to the children. Keep it a list.
-    - Children are ordinary interpreters, so PYTHONUTF8 works for them.
-    """
-    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    os.environ.setdefault("PYTHONUTF8", "1")
-    executable = _python_executable()
-    if executable:
-        if executable != sys.executable:
-            sys.executable = executable
-        multiprocessing.set_executable(executable)
-    if not isinstance(getattr(sys, "argv", None), list) or not sys.argv:
-        sys.argv = [""]
-
-
-_use_utf8_locale()
-_prepare_engine_subprocesses()
+# The UTF-8 locale, `spawn` for the engine's processes, a real Python to spawn (explained in
+# tritonchat/engine/process.py): before vLLM or torch is imported.
+prepare_process()
 
 # ruff: noqa: E402  (the environment above must be set before these imports)
 import asyncio
-import base64
 import dataclasses
-import io
-import gc
 import json
+import os
 import queue
 import threading
 import traceback
 import uuid
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-# vLLM names, bound by `import_vllm()`. vLLM is not imported at module import time: Triton
-# also loads this file in a short-lived stub only to run `auto_complete_config`, and
-# importing vLLM there would add about 10 s to every model load.
-AsyncEngineArgs = AsyncLLM = LoRARequest = SamplingParams = StructuredOutputsParams = None
-parse_model_prompt = None
+# The engine itself (configuration, SamplingParams, creation and shutdown, outputs -> deltas) is
+# the driver the chat models' in-process engine shares. It imports vLLM only when an engine is
+# made: Triton also loads this file in a short-lived stub only to run `auto_complete_config`,
+# and importing vLLM there would add about 10 s to every model load.
+from tritonchat.engine.driver import (
+    EngineConfig,
+    SamplingParamsError,
+    build_sampling_params as build_engine_sampling_params,
+    create_engine,
+    decode_image,
+    device_environment,
+    render_prompt,
+    shutdown_engine,
+    vllm_api,
+)
+from tritonchat.engine.outputs import DeltaTracker, logprobs_json
 
-
-def import_vllm() -> None:
-    global AsyncEngineArgs, AsyncLLM, LoRARequest, SamplingParams, StructuredOutputsParams, parse_model_prompt
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.lora.request import LoRARequest
-    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
-    from vllm.v1.engine.async_llm import AsyncLLM
-
-    try:  # vLLM >= 0.12: prompts are rendered by the engine's renderer before `generate`
-        from vllm.renderers.inputs.preprocess import parse_model_prompt
-    except ImportError:  # older vLLM: `generate` takes the prompt dict itself
-        parse_model_prompt = None
-
-
-ENGINE_ARGS_FILENAME = "model.json"
-MULTI_LORA_FILENAME = "multi_lora.json"
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 
 INPUTS = [
@@ -189,17 +123,6 @@ RETURN_FLAGS = (
     "return_num_output_tokens",
 )
 
-# SamplingParams fields whose annotation is exactly one of these are cast with the
-# constructor, so JSON strings such as "0.1" or "100" are accepted (note: bool("false") is
-# True, as in the real backend). Other fields are passed through unchanged.
-_CASTS = ((int, int), (float, float), (bool, bool), (str, str), (Optional[int], int))
-
-
-def _cast_for(annotation):
-    # Compared with == (not a dict lookup): some annotations are not hashable.
-    return next((cast for kind, cast in _CASTS if annotation == kind), None)
-
-
 # --------------------------------------------------------------------------------------
 # Request parsing
 # --------------------------------------------------------------------------------------
@@ -219,7 +142,7 @@ def sampling_parameters_text(request) -> str:
 NO_SAMPLING_PARAMS = "'NoneType' object has no attribute 'lora_name'"
 
 
-def build_sampling_params(params_json: str, logger) -> tuple["SamplingParams", str | None]:
+def build_sampling_params(params_json: str, logger) -> tuple[Any, str | None]:
     """Turn the sampling-parameters JSON into vLLM `SamplingParams` and an optional LoRA name.
 
     As in the real backend, whatever fails here (malformed JSON, unknown keys, values a cast
@@ -229,19 +152,11 @@ def build_sampling_params(params_json: str, logger) -> tuple["SamplingParams", s
     message is always "Error generating stream: 'NoneType' object has no attribute
     'lora_name'". Values vLLM refuses only in the engine (a token id outside the vocabulary,
     more log probabilities than `max_logprobs`) fail later, in `generate`, with their cause.
+    (The release this stands in for knows only the `structured_outputs` key.)
     """
     try:
-        params: dict[str, Any] = json.loads(params_json)
-        lora_name = params.pop("lora_name", None)
-        annotations = SamplingParams.__annotations__
-        for key, value in params.items():
-            if key == "structured_outputs":
-                # The value is itself a JSON string, e.g. "{\"json\": {...schema...}}".
-                params[key] = StructuredOutputsParams(**json.loads(value))
-            elif key in annotations and (cast := _cast_for(annotations[key])) is not None:
-                params[key] = cast(value)
-        return SamplingParams(**params), lora_name
-    except Exception as exc:  # noqa: BLE001  (any failure, as the real backend catches it)
+        return build_engine_sampling_params(params_json, constraint_keys=("structured_outputs",))
+    except SamplingParamsError as exc:
         logger.log_error(f"[vllm] Was trying to create `TritonSamplingParams`, but got exception: {exc}")
     raise AttributeError(NO_SAMPLING_PARAMS)
 
@@ -257,13 +172,8 @@ def decode_images(request) -> list:
     tensor = pb_utils.get_input_tensor_by_name(request, "image")
     if tensor is None:
         return []
-    from PIL import Image  # noqa: PLC0415  (only for requests with images)
-
-    images = []
-    for element in tensor.as_numpy().reshape(-1):
-        text = element.decode("utf-8") if isinstance(element, bytes) else str(element)
-        images.append(Image.open(io.BytesIO(base64.b64decode(text))).convert("RGB"))
-    return images
+    return [decode_image(element.decode("utf-8") if isinstance(element, bytes) else str(element))
+            for element in tensor.as_numpy().reshape(-1)]
 
 
 @dataclasses.dataclass
@@ -301,48 +211,24 @@ def parse_generate_inputs(request) -> GenerateInputs:
 # --------------------------------------------------------------------------------------
 
 
-def _logprobs_json(logprobs, start: int) -> bytes:
-    """JSON list, one dict per position from `start`: {"<token_id>": {logprob, rank, decoded_token}}."""
-    positions = []
-    for index in range(start, len(logprobs)):
-        position = logprobs[index] or {}
-        positions.append(
-            {
-                str(token_id): {
-                    "logprob": entry.logprob,
-                    "rank": entry.rank,
-                    "decoded_token": entry.decoded_token,
-                }
-                for token_id, entry in position.items()
-            }
-        )
-    return json.dumps(positions).encode("utf-8")
-
-
 class ResponseBuilder:
     """Builds Triton responses from cumulative vLLM `RequestOutput`s of one request.
 
-    vLLM runs with `RequestOutputKind.CUMULATIVE`; for streaming, this remembers how much of
-    each sequence was already sent and emits only the new part (text, logprobs, token count).
+    vLLM runs with `RequestOutputKind.CUMULATIVE`; for streaming, the tracker remembers how much
+    of each sequence was already sent and only the new part goes out (text, logprobs, token count).
     """
 
     def __init__(self, returns: dict[str, bool], text_dtype):
         self.returns = returns
         self.text_dtype = text_dtype
-        self.sent_text: list[int] | None = None
-        self.sent_logprobs: list[int] | None = None
-        self.sent_tokens: list[int] | None = None
+        self.sent = DeltaTracker()
 
     def build(self, request_output, prepend_prompt: bool):
         outputs = request_output.outputs
-        count = len(outputs)
         tensors = []
 
-        if self.sent_text is None:
-            self.sent_text = [0] * count
         prefix = (request_output.prompt or "") if prepend_prompt else ""
-        texts = [(prefix + out.text[sent:]).encode("utf-8") for out, sent in zip(outputs, self.sent_text)]
-        self.sent_text = [len(out.text) for out in outputs]
+        texts = [(prefix + text).encode("utf-8") for text in self.sent.new_text(outputs)]
         tensors.append(pb_utils.Tensor("text_output", np.asarray(texts, dtype=self.text_dtype)))
 
         if self.returns["return_finish_reason"]:
@@ -354,15 +240,8 @@ class ResponseBuilder:
             tensors.append(pb_utils.Tensor("cumulative_logprob", np.asarray(cumulative, dtype=np.float32)))
 
         if self.returns["return_logprobs"]:
-            if self.sent_logprobs is None:
-                self.sent_logprobs = [0] * count
-            encoded = []
-            for i, out in enumerate(outputs):
-                if out.logprobs is None:
-                    encoded.append(b"null")
-                    continue
-                encoded.append(_logprobs_json(out.logprobs, self.sent_logprobs[i]))
-                self.sent_logprobs[i] = len(out.logprobs)
+            encoded = [b"null" if positions is None else logprobs_json(positions)
+                       for positions in self.sent.new_logprobs(outputs)]
             tensors.append(pb_utils.Tensor("logprobs", np.asarray(encoded, dtype=np.object_)))
 
         if self.returns["return_num_input_tokens"]:
@@ -371,19 +250,10 @@ class ResponseBuilder:
             tensors.append(pb_utils.Tensor("num_input_tokens", np.asarray(prompt_tokens, dtype=np.uint32)))
 
         if self.returns["return_num_output_tokens"]:
-            if self.sent_tokens is None:
-                self.sent_tokens = [0] * count
-            new_tokens = [len(out.token_ids) - sent for out, sent in zip(outputs, self.sent_tokens)]
-            self.sent_tokens = [len(out.token_ids) for out in outputs]
+            new_tokens = self.sent.new_token_counts(outputs)
             tensors.append(pb_utils.Tensor("num_output_tokens", np.asarray(new_tokens, dtype=np.uint32)))
 
         return pb_utils.InferenceResponse(output_tensors=tensors)
-
-
-def _freeze_gc_heap() -> None:
-    """Collect, then move every surviving object out of the garbage collector's view."""
-    gc.collect()
-    gc.freeze()
 
 
 @dataclasses.dataclass
@@ -421,7 +291,6 @@ class TritonPythonModel:
     # ---- lifecycle -----------------------------------------------------------------
 
     def initialize(self, args):
-        import_vllm()
         self.args = args
         self.logger = pb_utils.Logger
         self.model_config = json.loads(args["model_config"])
@@ -433,10 +302,11 @@ class TritonPythonModel:
         ), "vLLM Triton backend must be configured to use decoupled model transaction policy"
 
         self.version_dir = os.path.join(args["model_repository"], args["model_version"])
-        engine_config = self._read_engine_config()
-        self._apply_device_config(engine_config)
-        self._setup_lora(engine_config)
-        engine_args = AsyncEngineArgs(**engine_config)
+        self.engine_config = EngineConfig.read(self.version_dir)
+        device_environment(args.get("model_instance_kind"), args.get("model_instance_device_id"), self.engine_config)
+        self.lora_enabled = self.engine_config.lora_enabled
+        self.lora_names = self.engine_config.lora_names
+        vllm_api()  # vLLM itself, now that the engine will be made
 
         self.health_check_enabled = self._bool_config_parameter("ENABLE_VLLM_HEALTH_CHECK")
         self.healthy = True
@@ -455,7 +325,7 @@ class TritonPythonModel:
 
         self._start_event_loop()
         try:
-            self.engine = self._run_on_loop(self._create_engine(engine_args))
+            self.engine = self._run_on_loop(create_engine(self.engine_config.args))
             self.supported_tasks = self._run_on_loop(self.engine.get_supported_tasks())
         except BaseException:
             self.logger.log_error(f"[vllm] Failed to start engine: {traceback.format_exc()}")
@@ -468,7 +338,7 @@ class TritonPythonModel:
         self.response_thread = threading.Thread(target=self._response_loop, name="vllm-responses", daemon=True)
         self.response_thread.start()
         # Like vLLM's own API server: keep the startup heap out of later GC passes.
-        _freeze_gc_heap()
+        freeze_gc()
         self.logger.log_info("[vllm] Engine started")
 
     def finalize(self):
@@ -483,49 +353,13 @@ class TritonPythonModel:
         self.responses.put(None)
         self.response_thread.join(timeout=30)
         self.engine = None
-        # The stub process exits right after this. Freezing what is left keeps the
-        # interpreter's teardown from running full garbage-collector passes over the
-        # torch/vLLM object graph (~3 s of every unload here). Side effect: nanobind may
-        # print "leaked instances" notes for objects that are then never collected.
-        _freeze_gc_heap()
+        # Metric families still alive when the stub tears down its shared memory crash the stub
+        # (and freezing below would keep any that sit in a reference cycle alive until then).
+        self.running_metric = self.metric_family = None
+        # The stub process exits right after this: freezing what is left keeps the interpreter's
+        # teardown from running full garbage-collector passes over the torch/vLLM object graph.
+        freeze_gc()
         self.logger.log_info("[vllm] Shutdown complete")
-
-    def _read_engine_config(self) -> dict:
-        path = os.path.join(self.version_dir, ENGINE_ARGS_FILENAME)
-        assert os.path.isfile(
-            path
-        ), f"'{ENGINE_ARGS_FILENAME}' containing vllm engine args must be provided in '{self.version_dir}'"
-        with open(path, encoding="utf-8") as file:
-            return json.load(file)
-
-    def _apply_device_config(self, engine_config: dict) -> None:
-        if self.args.get("model_instance_kind") != "GPU":
-            return
-        world_size = int(engine_config.get("tensor_parallel_size", 1)) * int(
-            engine_config.get("pipeline_parallel_size", 1)
-        )
-        if world_size > 1:
-            raise ValueError(
-                "KIND_GPU is currently for single-GPU models, please specify KIND_MODEL "
-                "in the model's config.pbtxt for multi-GPU models"
-            )
-        device_id = int(self.args["model_instance_device_id"])
-        if device_id >= 0:
-            os.environ["CUDA_VISIBLE_DEVICES"] = str(device_id)
-
-    def _setup_lora(self, engine_config: dict) -> None:
-        self.lora_enabled = str(engine_config.get("enable_lora", False)).lower() == "true"
-        self.lora_paths: dict[str, str] = {}
-        self.lora_names: list[str] = []
-        if not self.lora_enabled:
-            return
-        path = os.path.join(self.version_dir, MULTI_LORA_FILENAME)
-        try:
-            with open(path, encoding="utf-8") as file:
-                self.lora_paths = json.load(file)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"Triton backend cannot find {path}.") from None
-        self.lora_names = list(self.lora_paths)
 
     def _bool_config_parameter(self, name: str) -> bool:
         parameter = self.model_config.get("parameters", {}).get(name)
@@ -553,10 +387,6 @@ class TritonPythonModel:
             self.loop.call_soon_threadsafe(self.loop.stop)
         self.loop_thread.join(timeout=30)
 
-    async def _create_engine(self, engine_args: "AsyncEngineArgs") -> "AsyncLLM":
-        # Created on the loop so that AsyncLLM starts its output handler on this loop.
-        return AsyncLLM.from_engine_args(engine_args)
-
     async def _shutdown_engine(self, drain_seconds: float = 10.0) -> None:
         # Triton drains in-flight requests before unloading, so this is normally empty.
         if self.tasks:
@@ -566,17 +396,7 @@ class TritonPythonModel:
             task.cancel()  # each task answers its request and aborts it in the engine
         if self.tasks:
             await asyncio.wait(set(self.tasks), timeout=5)
-        self.engine.shutdown()
-
-    async def _render_prompt(self, text: str, images: list):
-        prompt = {"prompt": text}
-        if images:
-            prompt["multi_modal_data"] = {"image": images}
-        if parse_model_prompt is None:
-            return prompt
-        parsed = parse_model_prompt(self.engine.model_config, prompt)
-        (engine_input,) = await self.engine.renderer.render_cmpl_async([parsed])
-        return engine_input
+        shutdown_engine(self.engine)
 
     # ---- request handling ----------------------------------------------------------
 
@@ -612,11 +432,8 @@ class TritonPythonModel:
         request.get_response_sender().send(response, flags=FINAL)
         return True
 
-    def _lora_request(self, lora_name: str | None) -> "LoRARequest | None":
-        if lora_name is None:
-            return None
-        lora_id = self.lora_names.index(lora_name) + 1
-        return LoRARequest(str(lora_id), lora_id, self.lora_paths[lora_name])
+    def _lora_request(self, lora_name: str | None):
+        return self.engine_config.lora_request(lora_name)
 
     def _engine_is_healthy(self, requests) -> bool:
         if self.healthy:
@@ -665,7 +482,7 @@ class TritonPythonModel:
         # A refused value logs its cause and fails the request as the real backend's does.
         sampling_params, lora_name = build_sampling_params(inputs.sampling_json, self.logger)
         lora_request = self._lora_request(lora_name)
-        prompt = await self._render_prompt(inputs.prompt, inputs.images)
+        prompt = await render_prompt(self.engine, inputs.prompt, inputs.images)
 
         request_id = uuid.uuid4().hex
         builder = ResponseBuilder(inputs.returns, self.text_dtype)

@@ -211,6 +211,17 @@ class Settings:
     idle_timeout_s: float = setting(
         600.0, "a generation model silent this long ends the request with a 503 error (0: never)"
     )
+    engine: str = setting(
+        "target",
+        "where the text is generated: `target` (by `target_model`, read over `transport`) or `inprocess` (by a vLLM "
+        "engine in this model's own process, made from the `model.json` engine arguments, and `multi_lora.json`, in "
+        "this model's version directory, as Triton's vLLM backend reads them; `target_model`, `transport` and their "
+        "settings are then unused, `request_format` must be `vllm`); see "
+        "[In-process engine](design.md#in-process-engine-engine-inprocess)",
+        ("target", "inprocess"),
+    )
+    # Found at load, not a parameter: the version directory whose model.json an in-process engine reads.
+    engine_dir: str = field(default="", metadata={"parameter": False})
     # Found at load, not a parameter: the LoRA adapters the target vLLM model serves.
     lora_adapters: tuple[str, ...] = field(default=(), metadata={"parameter": False})
 

@@ -19,6 +19,9 @@ Its repository holds:
   (in front of `vllm_model`): the Anthropic Messages model;
 - `responses_scripted` (with those parsers, in front of `scripted_vllm`) and `openai_responses`
   (in front of `vllm_model`): the OpenAI Responses model;
+- `openai_chat_inprocess` and `completions_inprocess`: the chat and Completions models with
+  their own vLLM engine (`engine: inprocess`) on vllm_model's engine arguments and LoRA
+  adapter; `chat_inprocess_spare`: another, for the tests that stop or kill its engine;
 - `ensemble`, `tensorrt_llm` and `llmapi`: stand-ins with the interfaces of NVIDIA's
   TensorRT-LLM models (`llmapi_not_decoupled`: the LLM API model as NVIDIA's model.yaml
   configures it), and `chat_trtllm` / `chat_tensorrt_llm` / `chat_llmapi`: `openai_chat` in
@@ -45,6 +48,7 @@ from tests.helpers import ChatClient
 from tests.vision import IMAGE_URL_PREFIX, vision_tokenizer
 from harness.repositories import (
     add_chat_model,
+    add_inprocess_chat_model,
     add_llmapi_model,
     add_test_model,
     add_vllm_model,
@@ -221,6 +225,14 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
         structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
     )
     add_vllm_model(repo, "vllm_plain", tiny_model)  # LoRA off (test_local_vllm_backend.py)
+    # The chat models with their own engine, on vllm_model's engine arguments (test_inprocess.py,
+    # and the `tiny` tests' "inprocess" parameter).
+    same_engine = dict(lora_adapters={"tiny-lora": lora},
+                       engine_args={"structured_outputs_config": {"backend": "xgrammar", "disable_any_whitespace": True}})
+    add_inprocess_chat_model(repo, "openai_chat_inprocess", tiny_model, lora_separator=":", **same_engine)
+    add_inprocess_chat_model(repo, "completions_inprocess", tiny_model, source="openai_completions",
+                             lora_separator=":", **same_engine)
+    add_inprocess_chat_model(repo, "chat_inprocess_spare", tiny_model, cancel_check_interval_ms="50")
     vllm_config = repo / "vllm_model" / "config.pbtxt"
     vllm_config.write_text(set_parameter(vllm_config.read_text(), "REPORT_CUSTOM_METRICS", "true"))
     for transport, suffix in TRANSPORTS.items():
@@ -373,15 +385,22 @@ def expect(route, tokenizer) -> Expect:
     return Expect(route, tokenizer)
 
 
-@pytest.fixture
-def tiny(triton, transport) -> ChatClient:
-    """`openai_chat` in front of the tiny model on vLLM, over each transport."""
-    return client(triton, "openai_chat" + TRANSPORTS[transport])
+# The chat models on the tiny model in vLLM: over each transport, and with its own engine.
+TINY_MODELS = {**{transport: "openai_chat" + suffix for transport, suffix in TRANSPORTS.items()},
+               "inprocess": "openai_chat_inprocess"}
 
 
-@pytest.fixture
-def completions(triton) -> ChatClient:
-    return client(triton, "openai_completions")
+@pytest.fixture(params=list(TINY_MODELS))
+def tiny(triton, request) -> ChatClient:
+    """`openai_chat` in front of the tiny model on vLLM, over each transport, and `openai_chat` with
+    its own vLLM engine on the same engine arguments (`engine: inprocess`)."""
+    return client(triton, TINY_MODELS[request.param])
+
+
+@pytest.fixture(params=["openai_completions", "completions_inprocess"])
+def completions(triton, request) -> ChatClient:
+    """`openai_completions` in front of the tiny model on vLLM, and with its own engine."""
+    return client(triton, request.param)
 
 
 COMPLETION_MODELS = {"vllm": "completions_scripted", "trtllm": "completions_trtllm",

@@ -142,8 +142,9 @@ def test_tensorrt_llm_routes_refuse_images(triton, model, fragment):
     refused(*client.create(request(image_part(data_url(PNG)))), fragment, "request_format vllm")
 
 
-@pytest.mark.parametrize("model", ["openai_chat", "chat_scripted"])
+@pytest.mark.parametrize("model", ["openai_chat", "chat_scripted", "openai_chat_inprocess"])
 def test_text_only_models_refuse_images_before_generation(triton, model):
+    triton.load(model)
     client = ChatClient(triton.http_url, model)
     refused(*client.create(request(text("What is this?"), image_part(data_url(PNG)))), "text-only",
             "image_inputs true")

@@ -1,4 +1,5 @@
-"""`openai_chat` against vLLM's own OpenAI server, on the same tiny model files, greedy.
+"""`openai_chat` (in front of vllm_model, and with its own engine) against vLLM's own OpenAI server, on
+the same tiny model files, greedy.
 
 The same conversations must give the same content, finish_reason and usage: that checks
 the prompt (chat template, content parts, no doubled BOS), the token budget, stop strings
@@ -55,33 +56,38 @@ def vllm_chat(url: str, request: dict) -> dict:
     return response.json()
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_same_answer_as_vllms_server(vllm_server, triton, case):
+@pytest.fixture(params=["openai_chat", "openai_chat_inprocess"])
+def chat(triton, request):
+    """`openai_chat` in front of vllm_model, and with its own engine on the same engine arguments."""
     from tests.helpers import ChatClient
 
+    triton.load(request.param)
+    return ChatClient(triton.http_url, request.param)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_same_answer_as_vllms_server(vllm_server, chat, case):
     request = {"temperature": 0, "max_tokens": 24, **CASES[case]}
     reference = vllm_chat(vllm_server, request)
-    _, ours = ChatClient(triton.http_url, "openai_chat").create(request)
+    _, ours = chat.create(request)
     assert ours["choices"][0]["message"]["content"] == reference["choices"][0]["message"]["content"]
     assert ours["choices"][0]["finish_reason"] == reference["choices"][0]["finish_reason"]
     for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
         assert ours["usage"][key] == reference["usage"][key], key
 
 
-def test_same_stop_string_handling(vllm_server, triton):
-    from tests.helpers import ChatClient
-
+def test_same_stop_string_handling(vllm_server, chat):
     base = {"temperature": 0, "max_tokens": 24, "ignore_eos": True, **CASES["system and user"]}
     text = vllm_chat(vllm_server, base)["choices"][0]["message"]["content"]
     stop = next(text[i : i + 2] for i in range(5, len(text) - 2) if text[i : i + 2].strip())
     reference = vllm_chat(vllm_server, {**base, "stop": [stop]})
-    _, ours = ChatClient(triton.http_url, "openai_chat").create({**base, "stop": [stop]})
+    _, ours = chat.create({**base, "stop": [stop]})
     assert ours["choices"][0]["message"]["content"] == reference["choices"][0]["message"]["content"]
     assert ours["choices"][0]["finish_reason"] == reference["choices"][0]["finish_reason"] == "stop"
     assert ours["usage"] == {k: reference["usage"][k] for k in ours["usage"]}
     # include_stop_str_in_output: the stop string stays in the text, as in vLLM.
     reference = vllm_chat(vllm_server, {**base, "stop": [stop], "include_stop_str_in_output": True})
-    _, ours = ChatClient(triton.http_url, "openai_chat").create({**base, "stop": [stop], "include_stop_str_in_output": True})
+    _, ours = chat.create({**base, "stop": [stop], "include_stop_str_in_output": True})
     assert ours["choices"][0]["message"]["content"] == reference["choices"][0]["message"]["content"]
     assert ours["choices"][0]["message"]["content"].endswith(stop)
 

@@ -11,7 +11,7 @@ from harness.bench import BenchError
 from harness.bench.cli import parse_args
 from harness.bench.load import RequestResult, parse_chat_event, parse_raw_event
 from harness.bench.measure import RESULT_KEYS, paired_comparison, percentile, spread, summarize, summarize_run
-from harness.bench.paths import VLLM_SERVE, build_targets, chat_request, raw_body, scripted_content
+from harness.bench.paths import INPROCESS, VLLM_SERVE, build_targets, chat_request, raw_body, scripted_content
 from harness.bench.profile import profile_report, read_collapsed, stage_shares
 from harness.bench.report import check_targets, markdown_report, run_line, write_plot
 from harness.bench.servers import build_repository, set_instance_count, vllm_server_command
@@ -182,7 +182,8 @@ def test_build_targets_one_path_per_transport_and_interval():
     groups = build_targets(args, lambda request: "<prompt>")
     scripted, vllm = ([t.side for t in group] for group in groups)
     assert scripted == ["raw", "chat http", "chat bls", "chat http si=4"]
-    assert vllm == ["raw", "chat http", "chat bls", "chat http si=4", VLLM_SERVE]
+    assert vllm == ["raw", "chat http", "chat bls", "chat http si=4", INPROCESS, VLLM_SERVE]
+    assert groups[1][-2].model == "openai_chat_inprocess" and groups[1][-2].body == groups[1][1].body
     assert [t.model for t in groups[0]] == ["scripted_vllm", "chat_scripted_http", "chat_scripted_bls",
                                             "chat_scripted_http"]
     assert json.loads(groups[0][3].body["request"])["stream_interval"] == 4
@@ -214,6 +215,50 @@ def test_a_variant_is_a_chat_model_of_its_own_with_its_parameters(tmp_path, monk
     for bad in ("nolabel", "bad label:x=1", "label:"):
         with pytest.raises(SystemExit):
             parse_args(["--variant", bad, "--out", "/tmp/x.json"])
+
+
+def test_the_inprocess_path_has_its_own_engine_on_the_raw_models_settings(tmp_path, monkeypatch):
+    args = parse_args(["--paths", "vllm", "--engine-arg", "max_num_seqs=8", "--out", "/tmp/x.json"])
+    made = {}
+
+    def add(kind):
+        def add_model(repo, name, *positional, **parameters):
+            made[name] = (kind, parameters)
+            (repo / name).mkdir()
+            (repo / name / "config.pbtxt").write_text("instance_group [ { count: 1 } ]")
+            return repo / name
+        return add_model
+
+    for kind in ("add_chat_model", "add_inprocess_chat_model", "add_vllm_model"):
+        monkeypatch.setattr(f"harness.repositories.{kind}", add(kind))
+    build_repository(tmp_path, args, 1, 2)
+    kind, parameters = made["openai_chat_inprocess"]
+    assert kind == "add_inprocess_chat_model" and parameters["engine_args"] == {"max_num_seqs": 8}
+    assert made["vllm_model"][1] == {"max_num_seqs": 8}
+    assert [t.side for t in build_targets(parse_args(["--paths", "vllm", "--no-inprocess", "--out", "/tmp/x.json"]),
+                                          lambda request: "<prompt>")[0]] == ["raw", "chat http"]
+
+
+def test_the_inprocess_targets_compare_with_raw_and_vllms_own_server():
+    args = argparse.Namespace(paths=["vllm"], concurrency=[1, 64], repeats=1)
+    runs = []
+    for concurrency in (1, 64):
+        for side, model, rate, ttft, cpu in (("raw", "vllm_model", 1000.0, 100.0, {"vllm_model children": 0.3}),
+                                             (INPROCESS, "openai_chat_inprocess", 1100.0, 103.0,
+                                              {"openai_chat_inprocess": 0.1, "openai_chat_inprocess children": 0.2}),
+                                             (VLLM_SERVE, "tiny-chat", 1150.0, 100.5, {VLLM_SERVE: 0.3})):
+            runs.append({"pair": "vllm", "side": side, "model": model, "concurrency": concurrency, "repeat": 0,
+                         "metrics": _metrics(tokens_per_s=rate, ttft_p50_ms=ttft, tokens=1000), "client_cpu_s": 0.1,
+                         "other_processes_cores": 0.0, "server_cpu_s": {"tritonserver": 0.1, **cpu}})
+    checks = {c["what"]: (c["ok"], round(c["value"], 3)) for c in check_targets(summarize(runs, args))
+              if c["side"] == INPROCESS}
+    assert checks == {
+        "tokens/s vs raw at concurrency 64 >= 1.0x": (True, 1.1),
+        "tokens/s vs vLLM's own server at concurrency 64 >= 0.9x": (True, 0.957),
+        "TTFT p50 vs vLLM's own server at concurrency 1 <= +2 ms": (False, 2.5),
+        # tritonserver 100 + stub 100 + engine 200 µs per token against vLLM's 300 µs
+        "server CPU per token vs vLLM's own server at concurrency 64 <= 1.2x": (False, 1.333),
+    }
 
 
 def test_vllm_server_gets_the_engine_settings_of_vllm_model():

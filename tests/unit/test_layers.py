@@ -3,8 +3,8 @@ lower one, and no modules import each other in a cycle.
 
     0  errors, protocol, formats, parsers, tokens, repository, sse    (what a request and a response are)
     1  settings, template, plan, tool_choice, choice_text, chunks, images, target   (preparing, building)
-    2  service, anthropic                                               (a request, prepared; Anthropic's on the chat pipeline)
-    3  transports, sender                                            (reading the generation, sending)
+    2  service, anthropic, responses, embeddings                        (a request, prepared; the other APIs beside chat)
+    3  transports, sender, engine                                    (reading the generation, sending)
     4  triton                                                           (the Python-backend glue)
 The clients (`tritonchat.clients`: the client, the `tritonchat` command, the gateway) stand beside the server
 side: they import only layer 0 and each other, and nothing on the server side imports them.
@@ -24,8 +24,8 @@ LAYERS = {
     "settings": 1, "template": 1, "plan": 1, "tool_choice": 1, "choice_text": 1, "chunks": 1, "images": 1,
     "policy": 1, "completion_chunks": 1, "settings_docs": 1, "tokenizing": 1,
     "target": 1,
-    "service": 2, "anthropic": 2, "responses": 2,
-    "transports": 3, "sender": 3,
+    "service": 2, "anthropic": 2, "responses": 2, "embeddings": 2,
+    "transports": 3, "sender": 3, "engine": 3,
     "triton": 4,
 }
 CLIENT_SIDE = ("clients",)

@@ -96,7 +96,7 @@ def standin():
             spec = importlib.util.spec_from_file_location("local_vllm_backend_model", STANDIN)
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
-        module.import_vllm()
+        module.vllm_api()  # vLLM imported, as the backend does when it makes its engine
     finally:
         restore()
     return module

@@ -34,6 +34,7 @@ from ..settings import Settings, flatten_parameters
 from ..target import fetch_interface
 from ..transports import Transport, make_transport
 from . import bls  # noqa: F401  (registers the BLS transport)
+from .engine import EngineLifecycle, model_settings
 from .metrics import TritonMetrics
 from .sink import INPUT_NAME, OUTPUT_NAME, TEXT_OUTPUT_NAME, TritonSink, pb, request_body
 
@@ -85,7 +86,7 @@ class OpenAIModel:
             raise utils.TritonModelException(
                 f"{self.model_name} must be decoupled: set model_transaction_policy {{ decoupled: true }}"
             )
-        settings = Settings.from_parameters(flatten_parameters(model_config), args.get("model_repository"))
+        settings: Settings = model_settings(flatten_parameters(model_config), args)
         self.service = self.service_class(settings)
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="chat-prepare")
         # Image downloads wait on the network, not the CPU: their own threads, so slow image URLs
@@ -110,12 +111,23 @@ class OpenAIModel:
         self._tasks: set[asyncio.Task] = set()
         self._loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="chat-loop")
         self._loop_thread.start()
+        # `engine: inprocess`: this model's own vLLM engine, made here (transports/inprocess.py).
+        self.engine: EngineLifecycle | None = None
+        if settings.engine == "inprocess":
+            self._target_known = True  # nothing to ask the server about
+            try:
+                self.engine = EngineLifecycle(self.model_name, args, self.transport, settings.metrics)
+                self.engine.start(self.loop)
+            except BaseException:
+                self.sender.stop()
+                self.loop.call_soon_threadsafe(self.loop.stop)
+                raise
         log.info(
-            "%s ready: serves %r via %s model %r over %s (context %d tokens, tokenizer %s)",
+            "%s ready: serves %r via %s (context %d tokens, tokenizer %s)",
             self.model_name,
             settings.served_model_name,
-            settings.request_format,
-            settings.target_model,
+            f"its own vLLM engine ({settings.engine_dir}/model.json)" if self.engine is not None else
+            f"{settings.request_format} model {settings.target_model!r} over " +
             {"http": f"HTTP at {settings.http_url}", "grpc": f"gRPC at {settings.grpc_url}"}.get(settings.transport, "BLS"),
             self.service.limits.context_length,
             settings.tokenizer,
@@ -226,7 +238,8 @@ class OpenAIModel:
             state.add_cancel_hook(stream.cancel_hook())
         self.sender.start(state)
         for index, (stream, decoder) in enumerate(zip(opened, prepared.decoders)):
-            self._spawn(pump(self.sender, state, index, stream, decoder))
+            # (a stream that yields decoded outputs, the in-process engine's, has its own decoder)
+            self._spawn(pump(self.sender, state, index, stream, getattr(stream, "decoder", None) or decoder))
 
     async def _load_images(self, loop, staged) -> list:
         """The request's images, each read on a thread of the fetch pool, all at once."""
@@ -239,9 +252,12 @@ class OpenAIModel:
 
     def finalize(self) -> None:
         self.sender.stop()
+        if self.engine is not None:
+            self.engine.release_metrics()
         if self.loop.is_running():
             try:
-                asyncio.run_coroutine_threadsafe(self.transport.close(), self.loop).result(timeout=5)
+                asyncio.run_coroutine_threadsafe(self.transport.close(), self.loop).result(
+                    timeout=getattr(self.transport, "close_timeout", 5))
             except Exception:  # noqa: BLE001  (shutting down anyway)
                 log.debug("closing the transport failed", exc_info=True)
             self.loop.call_soon_threadsafe(self.loop.stop)
