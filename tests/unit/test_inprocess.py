@@ -244,8 +244,16 @@ class ScriptedEngine:
     def get_num_unfinished_requests(self) -> int:
         return len(self.collectors)
 
-    def die(self) -> None:
+    def die(self, exit_code: int | None = None) -> None:
+        """The engine core exits (with `exit_code`, as vLLM's process manager reports it; None:
+        this engine does not say)."""
         self.errored = True
+        if exit_code is not None:
+            from types import SimpleNamespace  # noqa: PLC0415
+
+            process = SimpleNamespace(exitcode=exit_code)
+            self.engine_core = SimpleNamespace(resources=SimpleNamespace(
+                engine_manager=SimpleNamespace(processes=[process])))
         for collector in self.collectors.values():
             collector.put(EngineDeadError())
 
@@ -380,7 +388,29 @@ def test_a_dead_engine_fails_open_and_new_requests_with_503_and_unloads_the_mode
         [error] = request.sender.errors()
         assert error.code() == fakes.TritonError.UNAVAILABLE
         assert json.loads(error.message())["error"]["code"] == "service_unavailable"
+    deadline = time.monotonic() + 2
+    while not model.unloaded and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)
     assert model.unloaded == ["openai_chat"]  # once
+
+
+@pytest.mark.parametrize("exit_code, unloaded", [(-9, ["openai_chat"]), (0, [])])
+def test_only_an_engine_that_crashed_unloads_the_model(engine_model, exit_code, unloaded, caplog):
+    """Killed (-9) or crashed: the model asks to be unloaded. Exited with 0 (its core was told to
+    stop: Ctrl-C reaches every process of the terminal's group, the server is stopping too):
+    requests get 503, and nothing asks Triton to unload (which crashes a stopping Triton 2.51)."""
+    engine = ScriptedEngine()
+    model = engine_model(engine)
+    engine.die(exit_code)
+    later = fakes.Request(chat())
+    run(model, later)
+    [error] = later.sender.errors()
+    assert error.code() == fakes.TritonError.UNAVAILABLE
+    time.sleep(0.5)
+    assert model.unloaded == unloaded
+    if not unloaded:
+        assert "its vLLM engine was stopped" in caplog.text
 
 
 def test_a_silent_death_is_noticed_without_requests(engine_model):
@@ -400,3 +430,32 @@ def test_finalize_shuts_the_engine_down(engine_model):
     model.finalize()
     assert engine.shut_down
     assert not model._loop_thread.is_alive()
+
+
+def test_vllms_own_stat_logging_is_off_unless_model_json_asks_for_it():
+    from tritonchat.transports.inprocess import engine_args
+
+    assert engine_args({"model": "m"}) == {"model": "m", "disable_log_stats": True}
+    assert engine_args({"model": "m", "disable_log_stats": False})["disable_log_stats"] is False
+
+
+def test_the_running_gauge_is_set_once_for_many_changes_and_ends_at_the_true_count():
+    from tritonchat.transports.inprocess import RUNNING_REPORT_S, InProcessTransport
+    from tritonchat.engine.driver import EngineConfig
+
+    transport = InProcessTransport(None, EngineConfig(Path("."), {"model": "m"}))
+    reported = []
+    transport.on_running = reported.append
+    transport.engine = ScriptedEngine()
+
+    async def churn():
+        for i in range(50):
+            transport.engine.collectors[f"r{i}"] = None
+            transport.running_changed()
+        for i in range(20):
+            del transport.engine.collectors[f"r{i}"]
+            transport.running_changed()
+        await asyncio.sleep(RUNNING_REPORT_S * 3)
+
+    asyncio.run(churn())
+    assert reported == [30]

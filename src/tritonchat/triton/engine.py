@@ -80,10 +80,10 @@ class EngineLifecycle:
         stays loaded and answers every request with a 503)."""
         codes = engine_exit_codes(engine) if engine is not None else []
         for _ in range(30):  # the core's exit code, once it has exited (a few seconds at most)
-            if codes and None not in codes:
+            if None not in codes:  # (none: this vLLM does not tell)
                 break
             await asyncio.sleep(0.1)
-            codes = engine_exit_codes(engine) if engine is not None else []
+            codes = engine_exit_codes(engine)
         if codes and all(code == 0 for code in codes):
             log.warning("%s: its vLLM engine was stopped (a signal to its process, e.g. Ctrl-C); requests get 503 "
                         "until the model is reloaded", self.model_name)
