@@ -6,11 +6,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 MODEL ?=
 SERVED_MODEL_NAME ?=
+# An embedding model for openai_embeddings under `make serve`, e.g. build/tiny-embed (default: none).
+EMBEDDING_MODEL ?=
 # openai_chat / openai_completions parameters for `make serve`, e.g. "tool_call_parser=hermes reasoning_parser=qwen3".
 CHAT_PARAMETERS ?=
 PYTEST_ARGS ?=
 ENV_STAMP := $(VENV)/.ready-$(shell cat requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh | sha1sum | cut -c1-12)
 TINY_MODEL := build/tiny-chat
+# The same weights served as an embedding model (openai_embeddings' tests).
+TINY_EMBED := build/tiny-embed
 # The o200k vocabulary of gpt-oss's Harmony format, written offline (openai_harmony reads it
 # from TIKTOKEN_ENCODINGS_BASE instead of downloading it).
 O200K := build/o200k/o200k_base.tiktoken
@@ -18,7 +22,7 @@ export TIKTOKEN_ENCODINGS_BASE := $(CURDIR)/build/o200k
 
 .PHONY: setup serve test unit bench bench-token-path bench-aiperf fuzz soak clean gateway
 
-setup: $(ENV_STAMP) $(TINY_MODEL)/.complete $(O200K)
+setup: $(ENV_STAMP) $(TINY_MODEL)/.complete $(TINY_EMBED)/.complete $(O200K)
 
 $(ENV_STAMP): requirements-local.txt requirements-triton.txt pyproject.toml tools/setup_venv.sh
 	tools/setup_venv.sh $(VENV) $(PYTHON)
@@ -28,11 +32,16 @@ $(TINY_MODEL)/.complete: $(ENV_STAMP) harness/tiny_model.py harness/tiny_model_c
 	$(PY) harness/tiny_model.py --out $(TINY_MODEL)
 	touch $@
 
+$(TINY_EMBED)/.complete: $(TINY_MODEL)/.complete harness/tiny_embedding_model.py
+	$(PY) harness/tiny_embedding_model.py --chat $(TINY_MODEL) --out $(TINY_EMBED)
+	touch $@
+
 $(O200K): $(ENV_STAMP) harness/o200k.py
 	$(PY) harness/o200k.py --out $(@D)
 
 serve: setup
 	$(PY) tools/serve.py $(if $(MODEL),--model $(MODEL)) $(if $(SERVED_MODEL_NAME),--served-model-name $(SERVED_MODEL_NAME)) \
+		$(if $(EMBEDDING_MODEL),--embedding-model $(EMBEDDING_MODEL)) \
 		$(foreach p,$(CHAT_PARAMETERS),--chat-parameter $(p))
 
 # The OpenAI-compatible gateway on port 9000, in front of the server `make serve` runs.

@@ -1,7 +1,9 @@
 """Serve the model repository on a local Triton server (ports 8000/8001/8002 by default).
 
 Without --model it serves the embedded tiny chat model made at setup. With --model it
-serves the Hugging Face model in that directory on the CPU build of vLLM.
+serves the Hugging Face model in that directory on the CPU build of vLLM. With
+--embedding-model (e.g. build/tiny-embed) `openai_embeddings` serves that model, on a second
+vLLM model (`vllm_embedding_model`); without it `openai_embeddings` is left out.
 """
 
 from __future__ import annotations
@@ -15,10 +17,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.server import BUILD, ROOT, TritonServer  # noqa: E402
-from tritonchat.repository import config_context_length, parse_engine_arg, prepare_repository  # noqa: E402
+from harness.tiny_embedding_model import EMBEDDING_ENGINE_ARGS  # noqa: E402
+from tritonchat.repository import config_context_length, parse_engine_arg, prepare_repository, set_parameter  # noqa: E402
 from tritonchat.settings import ConfigError, check_parameters  # noqa: E402
 
 TINY_MODEL = BUILD / "tiny-chat"
+TINY_EMBED = BUILD / "tiny-embed"
+EMBEDDINGS = "openai_embeddings"
+EMBEDDING_TARGET = "vllm_embedding_model"
 # Engine settings that work for vLLM's CPU build (see docs/deployment.md, "Serving a real model locally").
 CPU_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "gpu_memory_utilization": 0.1}
 # The context the CPU engine reserves memory for, unless the model's own is shorter (vLLM
@@ -54,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--chat-parameter", action="append", default=[], type=chat_parameter, metavar="KEY=VALUE",
                         help="a parameter of openai_chat, openai_completions, anthropic_messages and openai_responses "
                              "(docs/configuration.md), e.g. tool_call_parser=hermes; repeatable")
+    parser.add_argument("--embedding-model", help="Hugging Face embedding model directory for openai_embeddings "
+                                                   "(default: none, and openai_embeddings is not served)")
     parser.add_argument("--repository", type=Path, default=BUILD / "serve_repository",
                         help="where the runnable model repository is written")
     return parser
@@ -71,15 +79,45 @@ def prepare(args: argparse.Namespace) -> tuple[Path, str, Path]:
     except ConfigError as error:
         sys.exit(f"--chat-parameter: {error}")
     served = args.served_model_name or ("tiny-chat" if model == TINY_MODEL.resolve() else model.name)
+    loopback = {"http_url": f"localhost:{args.http_port}", "grpc_url": f"localhost:{args.grpc_port}"}
+    embedding_model = Path(args.embedding_model).resolve() if args.embedding_model else None
+    if embedding_model is not None and not (embedding_model / "config.json").is_file():
+        sys.exit(f"{embedding_model} is not a Hugging Face model directory (no config.json)")
+    models = [p.name for p in (ROOT / "model_repository").iterdir() if p.is_dir()]
     repo = prepare_repository(
         ROOT / "model_repository",
         args.repository,
         model=str(model),
         served_model_name=served,
         engine_args=cpu_engine_args(model, dict(args.engine_arg)),
-        chat_parameters={"http_url": f"localhost:{args.http_port}", "grpc_url": f"localhost:{args.grpc_port}", **chat},
+        chat_parameters={**loopback, **chat},
+        only=[name for name in models if embedding_model is not None or name != EMBEDDINGS],
     )
+    if embedding_model is not None:
+        add_embedding_model(repo, embedding_model, loopback)
     return repo, served, model
+
+
+def embedding_name(model: Path) -> str:
+    return "tiny-embed" if model == TINY_EMBED.resolve() else model.name
+
+
+def add_embedding_model(repo: Path, model: Path, loopback: dict[str, str]) -> str:
+    """`vllm_embedding_model` on `model` (the pooling runner; the tiny embedding model's Llama
+    converted to an embedding model) and `openai_embeddings` in front of it; returns the served name."""
+    served = embedding_name(model)
+    target = repo / EMBEDDING_TARGET
+    (target / "1").mkdir(parents=True)
+    (target / "config.pbtxt").write_text((repo / "vllm_model" / "config.pbtxt").read_text())
+    extra = EMBEDDING_ENGINE_ARGS if model == TINY_EMBED.resolve() else {"runner": "pooling"}
+    args = {"model": str(model), "served_model_name": served, **cpu_engine_args(model, extra)}
+    (target / "1" / "model.json").write_text(json.dumps(args, indent=2) + "\n")
+    config_path = repo / EMBEDDINGS / "config.pbtxt"
+    config = config_path.read_text()
+    for key, value in {"target_model": EMBEDDING_TARGET, "served_model_name": served, **loopback}.items():
+        config = set_parameter(config, key, value)
+    config_path.write_text(config)
+    return served
 
 
 def main() -> None:
@@ -96,6 +134,11 @@ def main() -> None:
         example = {"model": served, "messages": [{"role": "user", "content": "Hello!"}], "stream": True}
         anthropic = {**example, "max_tokens": 32}
         responses = {"model": served, "input": "Hello!", "stream": True}
+        embeddings = ""
+        if args.embedding_model:
+            embedding = {"model": embedding_name(Path(args.embedding_model).resolve()), "input": ["Hello!", "Bye!"]}
+            embeddings = (f"OpenAI embeddings:\n  curl -s localhost:{args.http_port}/v2/models/{EMBEDDINGS}/generate "
+                          f"-d '{json.dumps({'request': json.dumps(embedding)})}'\n")
         print(
             f"\nServing {served!r} ({model}) on http://localhost:{args.http_port}. Try:\n"
             f"  curl -sN localhost:{args.http_port}/v2/models/openai_chat/generate_stream "
@@ -105,7 +148,7 @@ def main() -> None:
             f"-d '{json.dumps({'request': json.dumps(anthropic)})}'\n"
             f"OpenAI Responses:\n"
             f"  curl -sN localhost:{args.http_port}/v2/models/openai_responses/generate_stream "
-            f"-d '{json.dumps({'request': json.dumps(responses)})}'\n",
+            f"-d '{json.dumps({'request': json.dumps(responses)})}'\n" + embeddings,
             flush=True,
         )
         code = server.process.wait()

@@ -1,5 +1,5 @@
-"""Fixtures of unit and integration tests alike: the tiny chat model made at setup, and its
-tokenizer. Integration fixtures (the server) are in tests/integration/conftest.py."""
+"""Fixtures of unit and integration tests alike: the tiny chat model made at setup, its
+tokenizer, and the same model as an embedding model. Integration fixtures (the server) are in tests/integration/conftest.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from harness.repositories import ROOT
 
 TINY_MODEL = ROOT / "build" / "tiny-chat"
+TINY_EMBED = ROOT / "build" / "tiny-embed"
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +20,16 @@ def tiny_model() -> Path:
     if not (TINY_MODEL / ".complete").exists():
         subprocess.run([sys.executable, str(ROOT / "harness" / "tiny_model.py"), "--out", str(TINY_MODEL)], check=True)
     return TINY_MODEL
+
+
+@pytest.fixture(scope="session")
+def tiny_embedding_model(tiny_model) -> Path:
+    """The tiny model's weights as an embedding model (harness/tiny_embedding_model.py; quick,
+    and left alone when up to date)."""
+    from harness import tiny_embedding_model  # noqa: PLC0415
+
+    tiny_embedding_model.build(tiny_model, TINY_EMBED)
+    return TINY_EMBED
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import weakref
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -151,3 +152,28 @@ def stub_pid(server, model: str) -> int:
             except OSError:
                 continue
     raise AssertionError(f"no stub for {model}")
+
+
+@contextmanager
+def served_app(app, timeout: float = 20.0):
+    """An ASGI app (the gateway) served by uvicorn on a free local port, on a thread; yields its URL."""
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import uvicorn  # noqa: PLC0415
+
+    from harness.server import free_port  # noqa: PLC0415
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -16,7 +16,9 @@ Interface (everything is added by `auto_complete_config`, so a config.pbtxt with
            `multi_modal_data` images), stream BOOL [1], sampling_parameters
            STRING [1] (JSON; falls back to the request parameters), exclude_input_in_output
            BOOL [1], return_finish_reason / return_cumulative_logprob / return_logprobs /
-           return_num_input_tokens / return_num_output_tokens BOOL [1]
+           return_num_input_tokens / return_num_output_tokens BOOL [1], embedding_request STRING
+           [1] (JSON `{"input": text or token ids, "pooling_params": {"dimensions": [N]}}`; its
+           presence makes the request an `embed` one)
   outputs  text_output STRING [-1], finish_reason STRING [-1], cumulative_logprob FP32 [-1],
            logprobs STRING [-1], num_input_tokens UINT32 [1] (sent as a 0-d array),
            num_output_tokens UINT32 [-1]
@@ -24,6 +26,10 @@ Interface (everything is added by `auto_complete_config`, so a config.pbtxt with
 Streaming sends one response per engine output with *delta* text, delta logprobs and
 delta token counts; the FINAL flag rides on the last data response. Non-streaming sends
 exactly one response (prompt + completion unless `exclude_input_in_output` is true).
+An embedding request gets exactly one response: `text_output` [1] the vector as a JSON list of
+floats, `num_input_tokens` the prompt's length and `num_output_tokens` 0 (both 0-d, when asked
+for). A request whose task (`generate`, or `embed` for one with `embedding_request`) the engine
+does not have fails with "Error generating stream: Model <name> does not support '<task>' request".
 
 Errors end the request with one response: `text_output=["N/A"]` and
 `TritonError("Error generating stream: <exception>")` (INTERNAL); LoRA problems answer with
@@ -33,9 +39,7 @@ answer, as on the real backend, "Error generating stream: 'NoneType' object has 
 ends with a CANCELLED error response; every cancellation also aborts the request in the engine.
 
 Differences from the real backend:
-- Not provided: embeddings (the `embedding_request`
-  input is declared, as from 25.11, but a request using it fails) and the `GPU_DEVICE_IDS`
-  parameter; of the
+- Not provided: the `GPU_DEVICE_IDS` parameter; of the
   `REPORT_CUSTOM_METRICS` metrics bridge only the `vllm:num_requests_running` gauge (labels
   `model`, `version`), kept by this backend's own count of running requests.
   `ENABLE_VLLM_HEALTH_CHECK` is implemented.
@@ -104,7 +108,7 @@ INPUTS = [
     {"name": "return_logprobs", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
     {"name": "return_num_input_tokens", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
     {"name": "return_num_output_tokens", "data_type": "TYPE_BOOL", "dims": [1], "optional": True},
-    # Declared as from 25.11 (reserved for Triton's OpenAI frontend); embeddings are not served here.
+    # From 25.11 (reserved for Triton's OpenAI frontend): an embedding request (see `parse_embed_inputs`).
     {"name": "embedding_request", "data_type": "TYPE_STRING", "dims": [1], "optional": True},
 ]
 OUTPUTS = [
@@ -191,8 +195,6 @@ def parse_generate_inputs(request) -> GenerateInputs:
     if isinstance(prompt, bytes):
         prompt = prompt.decode("utf-8")
 
-    if pb_utils.get_input_tensor_by_name(request, "embedding_request") is not None:
-        raise ValueError("Embedding requests are not supported by this backend.")
     images = decode_images(request)
     stream = bool(_optional_bool(request, "stream"))
 
@@ -204,6 +206,51 @@ def parse_generate_inputs(request) -> GenerateInputs:
 
     returns = {name: bool(_optional_bool(request, name)) for name in RETURN_FLAGS}
     return GenerateInputs(prompt, stream, prepend_input, sampling_parameters_text(request), returns, images)
+
+
+def request_task(request) -> str:
+    """The engine task a request asks for: `embed` when it has the `embedding_request` input."""
+    return "generate" if pb_utils.get_input_tensor_by_name(request, "embedding_request") is None else "embed"
+
+
+@dataclasses.dataclass
+class EmbedInputs:
+    prompt: Any
+    dimensions: int | None
+    returns: dict[str, bool]
+
+
+def parse_embed_inputs(request) -> EmbedInputs:
+    """The `embedding_request` input as the real backend reads it: JSON whose `input` is a text
+    (the prompt) or a non-empty list whose first element is an int (token ids); anything else
+    goes to the renderer as it is. Of `pooling_params` only `dimensions` is read, its first
+    element (Triton's OpenAI frontend sends `[N]`)."""
+    data = json.loads(pb_utils.get_input_tensor_by_name(request, "embedding_request").as_numpy()[0].decode("utf-8"))
+    prompt = data["input"]
+    if isinstance(prompt, str):
+        prompt = {"prompt": prompt}
+    elif isinstance(prompt, list) and prompt and isinstance(prompt[0], int):
+        prompt = {"prompt_token_ids": prompt}
+    pooling = data.get("pooling_params", {})
+    dimensions = pooling["dimensions"][0] if "dimensions" in pooling else None
+    returns = {name: bool(_optional_bool(request, name))
+               for name in ("return_num_input_tokens", "return_num_output_tokens")}
+    return EmbedInputs(prompt, dimensions, returns)
+
+
+def embedding_response(request_output, returns: dict[str, bool], text_dtype):
+    """The real backend's one response to an embedding request: `text_output` the vector as a
+    JSON list, `num_input_tokens` the prompt's length and `num_output_tokens` 0 (both 0-d)."""
+    from vllm.outputs import EmbeddingRequestOutput  # noqa: PLC0415  (vLLM is loaded by now)
+
+    embedding = EmbeddingRequestOutput.from_base(request_output).outputs.embedding
+    tensors = [pb_utils.Tensor("text_output", np.asarray([json.dumps(embedding)], dtype=text_dtype))]
+    if returns["return_num_input_tokens"]:
+        prompt_tokens = len(request_output.prompt_token_ids or [])
+        tensors.append(pb_utils.Tensor("num_input_tokens", np.asarray(prompt_tokens, dtype=np.uint32)))
+    if returns["return_num_output_tokens"]:
+        tensors.append(pb_utils.Tensor("num_output_tokens", np.asarray(0, dtype=np.uint32)))
+    return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
 # --------------------------------------------------------------------------------------
@@ -476,8 +523,12 @@ class TritonPythonModel:
             self.running_metric.set(len(self.tasks))
 
     async def _generate_responses(self, request, state: SenderState) -> None:
-        if "generate" not in self.supported_tasks:
-            raise ValueError(f"Model {self.args['model_name']} does not support 'generate' request")
+        task = request_task(request)
+        if task not in self.supported_tasks:
+            raise ValueError(f"Model {self.args['model_name']} does not support '{task}' request")
+        if task == "embed":
+            await self._embed(request, state)
+            return
         inputs = parse_generate_inputs(request)
         # A refused value logs its cause and fails the request as the real backend's does.
         sampling_params, lora_name = build_sampling_params(inputs.sampling_json, self.logger)
@@ -516,6 +567,39 @@ class TritonPythonModel:
             state.sender.send(builder.build(last_output, prepend_prompt=inputs.prepend_input), FINAL)
         if not state.final_queued:  # the engine ended the stream without a finished output
             self._queue_final(state, None)
+
+    async def _embed(self, request, state: SenderState) -> None:
+        """An embedding request, as the real backend serves it: never streamed, so checked for
+        cancellation after each engine output on the event loop, then one response with FINAL
+        (also after a cancellation: the last output so far)."""
+        from vllm.pooling_params import PoolingParams  # noqa: PLC0415  (vLLM is loaded by now)
+
+        inputs = parse_embed_inputs(request)
+        params = PoolingParams(task="embed") if inputs.dimensions is None else PoolingParams(
+            dimensions=inputs.dimensions, task="embed")
+        api = vllm_api()
+        prompt = inputs.prompt
+        if api.parse_model_prompt is not None:  # rendered by the engine's renderer, as `generate`'s prompts
+            (prompt,) = await self.engine.renderer.render_cmpl_async([api.parse_model_prompt(self.engine.model_config,
+                                                                                               prompt)])
+        request_id = uuid.uuid4().hex
+        outputs = self.engine.encode(prompt, params, request_id)
+        last_output = None
+        try:
+            async for request_output in outputs:
+                last_output = request_output
+                if await self._is_cancelled(state, False):
+                    self.logger.log_info("[vllm] Cancelling the request")
+                    await self.engine.abort(request_id)
+                    self.logger.log_info("[vllm] Successfully cancelled the request")
+                    break
+        finally:
+            await outputs.aclose()
+        if last_output is None:  # the engine ended without an output
+            self._queue_final(state, None)
+            return
+        state.final_queued = True
+        state.sender.send(embedding_response(last_output, inputs.returns, self.text_dtype), FINAL)
 
     async def _is_cancelled(self, state: SenderState, stream: bool) -> bool:
         if stream:

@@ -22,6 +22,10 @@ Its repository holds:
 - `openai_chat_inprocess` and `completions_inprocess`: the chat and Completions models with
   their own vLLM engine (`engine: inprocess`) on vllm_model's engine arguments and LoRA
   adapter; `chat_inprocess_spare`: another, for the tests that stop or kill its engine;
+- `openai_embeddings` (`_grpc`, `_bls`): the embeddings model in front of `vllm_embed`, the tiny
+  model's weights as an embedding model on vLLM; `embeddings_not_matryoshka` (the tiny chat
+  model's config: no Matryoshka sizes), `embeddings_of_chat` (in front of `vllm_model`, whose
+  engine does not embed) and `embeddings_trtllm` (a TensorRT-LLM format: refused at load);
 - `ensemble`, `tensorrt_llm` and `llmapi`: stand-ins with the interfaces of NVIDIA's
   TensorRT-LLM models (`llmapi_not_decoupled`: the LLM API model as NVIDIA's model.yaml
   configures it), and `chat_trtllm` / `chat_tensorrt_llm` / `chat_llmapi`: `openai_chat` in
@@ -59,6 +63,7 @@ from harness.repositories import (
 )
 from tritonchat.repository import set_parameter
 from harness.server import TritonServer, free_port, server_env, tcp_connections
+from harness.tiny_embedding_model import EMBEDDING_ENGINE_ARGS
 
 # Plain ChatML (string content, no tool or reasoning support) and Mistral's v1 template (no
 # system role, roles must alternate), as their models ship them.
@@ -130,7 +135,7 @@ ROUTES = [
 
 
 @pytest.fixture(scope="session")
-def triton(tmp_path_factory, tiny_model) -> TritonServer:
+def triton(tmp_path_factory, tiny_model, tiny_embedding_model) -> TritonServer:
     repo = tmp_path_factory.mktemp("model_repository")
     http_port, grpc_port, metrics_port = free_port(), free_port(), free_port()
     # Every chat model reaches the server it runs in at these (each picks one by `transport`).
@@ -240,6 +245,15 @@ def triton(tmp_path_factory, tiny_model) -> TritonServer:
     chat_model("openai_completions", source="openai_completions", lora_separator=":")
     chat_model("anthropic_messages", source="anthropic_messages")  # in front of the tiny model on vLLM
     chat_model("openai_responses", source="openai_responses")  # in front of the tiny model on vLLM
+    # OpenAI embeddings (test_embeddings.py), on the tiny model's weights as an embedding model.
+    add_vllm_model(repo, "vllm_embed", tiny_embedding_model, served_model_name="tiny-embed", **EMBEDDING_ENGINE_ARGS)
+    embeddings = dict(source="openai_embeddings", target_model="vllm_embed")
+    for transport, suffix in TRANSPORTS.items():
+        chat_model("openai_embeddings" + suffix, transport=transport, **embeddings)
+    chat_model("embeddings_not_matryoshka", tokenizer=str(tiny_model), **embeddings)
+    chat_model("embeddings_of_chat", source="openai_embeddings")
+    chat_model("embeddings_trtllm", request_format="trtllm", tokenizer=str(tiny_embedding_model),
+               **{**embeddings, "target_model": "ensemble"})
     # Whole answers asked of the vLLM backend as a stream (vllm_stream_whole), assembled here.
     chat_model("chat_whole_streamed", vllm_stream_whole="true")
     log = tmp_path_factory.getbasetemp() / "tritonserver.log"
@@ -283,13 +297,26 @@ def stopped_cleanly(server: TritonServer, engines: set[str]) -> None:
 def vllm_server(tiny_model, tmp_path_factory):
     """vLLM's own OpenAI-compatible server on the tiny model files: the reference of the
     differential tests (test_vllm_differential.py, test_anthropic.py); started at first use."""
+    yield from vllm_openai_server(tiny_model, "tiny-chat", tmp_path_factory.mktemp("vllm_openai") / "server.log")
+
+
+@pytest.fixture(scope="session")
+def vllm_embedding_server(tiny_embedding_model, tmp_path_factory):
+    """vLLM's own server on the tiny embedding model's files, as `vllm_embed` runs them: the
+    reference of test_embeddings.py; started at first use."""
+    engine_args = [arg for key, value in EMBEDDING_ENGINE_ARGS.items() for arg in (f"--{key}", str(value))]
+    yield from vllm_openai_server(tiny_embedding_model, "tiny-embed",
+                                  tmp_path_factory.mktemp("vllm_embed") / "server.log", engine_args)
+
+
+def vllm_openai_server(model: Path, served_name: str, log_path: Path, extra_args: list[str] = ()):
+    """Runs vLLM's OpenAI-compatible server on `model` until the generator is closed; yields its URL."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("vllm_openai") / "server.log"
     command = [
         sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(tiny_model), "--served-model-name", "tiny-chat",
+        "--model", str(model), "--served-model-name", served_name,
         "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
-        "--gpu-memory-utilization", "0.1", "--host", "127.0.0.1", "--port", str(port),
+        "--gpu-memory-utilization", "0.1", "--host", "127.0.0.1", "--port", str(port), *extra_args,
     ]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=server_env(), start_new_session=True)

@@ -4,17 +4,14 @@ against the real tritonserver, with the official `openai` SDK on the gateway."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import openai
 import pytest
-import uvicorn
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from tests.helpers import script
-from harness.server import free_port
+from tests.helpers import script, served_app
 from tritonchat.clients import AsyncTritonChat, TritonChat
 from tritonchat.clients.gateway import create_app
 
@@ -121,17 +118,8 @@ def test_async_client(triton, protocol):
 def gateway(triton):
     app = create_app(triton.http_url, chat_model="chat_scripted", completions_model="completions_scripted",
                      api_key=API_KEY)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served_app(app) as url:
+        yield url
 
 
 @pytest.fixture

@@ -24,18 +24,14 @@ Deliberate differences from vLLM's server (none changes the text or the counts c
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import openai
 import pytest
 import requests
-import uvicorn
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from harness.server import free_port
-from tests.helpers import ChatClient, GrpcChatClient, script
+from tests.helpers import ChatClient, GrpcChatClient, script, served_app
 from tests.integration.test_client_gateway import wait_for
 from tritonchat.clients.gateway import create_app
 
@@ -95,17 +91,8 @@ def client(triton) -> ChatClient:
 @pytest.fixture(scope="module")
 def gateway(triton):
     app = create_app(triton.http_url, responses_model="responses_scripted", api_key=API_KEY)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with served_app(app) as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """An OpenAI-compatible HTTP gateway in front of `openai_chat` / `openai_completions`, which
-also serves Anthropic's Messages API in front of `anthropic_messages` and OpenAI's Responses API
-in front of `openai_responses`.
+also serves Anthropic's Messages API in front of `anthropic_messages`, OpenAI's Responses API
+in front of `openai_responses` and OpenAI's embeddings in front of `openai_embeddings`.
 
     python -m tritonchat.clients.gateway --port 9000 --http-url localhost:8000 [--api-key KEY]
 
@@ -10,6 +10,7 @@ For clients that speak only OpenAI's HTTP API (the `openai` SDK, LangChain, curl
     POST /tokenize, /detokenize                          (group `inference`; vLLM's, answered by the chat model)
     POST /v1/messages, /v1/messages/count_tokens         (group `inference`; Anthropic's, see clients/anthropic.py)
     POST /v1/responses                                    (group `inference`; OpenAI Responses, see clients/responses.py)
+    POST /v1/embeddings                                   (group `inference`; OpenAI embeddings, never streamed)
     GET  /v1/models, GET /v1/models/{id}                  (group `models`)
     GET  /health (= /health/ready), /health/live          (group `health`)
 
@@ -55,6 +56,7 @@ log = logging.getLogger("tritonchat.gateway")
 # The default of the chat model's `max_request_bytes` (tritonchat.settings, which the clients may
 # not import; a unit test checks that the two agree).
 MAX_BODY_BYTES = 16 * 1024 * 1024
+EMBEDDINGS_MODEL = "openai_embeddings"
 PROTOCOLS = ("grpc", "http")  # the keys of tritonchat.clients.wires.ASYNC_WIRES
 KEY_ENV = "TRITONCHAT_API_KEY"  # the single key; a group's own: TRITONCHAT_API_KEY_<GROUP>
 
@@ -79,7 +81,8 @@ def _wants_stream(body: bytes) -> bool:
 
 def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc_url: str = "localhost:8001",
                chat_model: str = CHAT_MODEL, completions_model: str = COMPLETIONS_MODEL,
-               messages_model: str = MESSAGES_MODEL, responses_model: str = RESPONSES_MODEL, api_key: str | None = None, api_keys: dict[str, str] | None = None,
+               messages_model: str = MESSAGES_MODEL, responses_model: str = RESPONSES_MODEL,
+               embeddings_model: str = EMBEDDINGS_MODEL, api_key: str | None = None, api_keys: dict[str, str] | None = None,
                max_body_bytes: int = MAX_BODY_BYTES, timeout: float = 600.0,
                served_model_names: list[str] | None = None, wire=None, transport=None):
     """The gateway app. `/v1/models` lists `served_model_names`, else the `served_model_name`
@@ -127,12 +130,12 @@ def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc
 
     failures = (openai.APIStatusError, httpx.TransportError)
 
-    async def forward(model: str, request: Request, endpoint: str | None = None) -> Response:
+    async def forward(model: str, request: Request, endpoint: str | None = None, whole: bool = False) -> Response:
         body = await request.body()
         text = body.decode("utf-8", errors="replace")
         if endpoint is not None:  # answered by the model without generating (protocol/tokenize.py)
             text = marked(text, endpoint)
-        if endpoint is not None or not _wants_stream(body):
+        if endpoint is not None or whole or not _wants_stream(body):
             payloads = wire.payloads(model, text, False)
             try:
                 payload = await payloads.__anext__()
@@ -200,10 +203,15 @@ def create_app(http_url: str = "localhost:8000", *, protocol: str = "http", grpc
         return await responses.forward(wire, responses_model, body.decode("utf-8", errors="replace"),
                                        _wants_stream(body))
 
+    @app.post("/v1/embeddings")
+    async def embeddings(request: Request) -> Response:
+        return await forward(embeddings_model, request, whole=True)
+
     async def served() -> list[str]:
         """The served model names (raises httpx.HTTPError when Triton cannot be reached)."""
         names: list[str] = []
-        for model in dict.fromkeys((chat_model, completions_model, messages_model, responses_model)):
+        for model in dict.fromkeys((chat_model, completions_model, messages_model, responses_model,
+                                    embeddings_model)):
             response = await triton.get(f"/v2/models/{model}/config")
             if response.status_code != 200:
                 continue
@@ -267,6 +275,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--completions-model", default=COMPLETIONS_MODEL)
     parser.add_argument("--messages-model", default=MESSAGES_MODEL, help="the Anthropic Messages model")
     parser.add_argument("--responses-model", default=RESPONSES_MODEL, help="the OpenAI Responses model")
+    parser.add_argument("--embeddings-model", default=EMBEDDINGS_MODEL, help="the OpenAI embeddings model")
     parser.add_argument("--served-model-name", action="append", dest="served_model_names",
                         help="a name for /v1/models (repeatable; default: the chat models' served_model_name)")
     parser.add_argument("--api-key", default=os.environ.get(KEY_ENV),
@@ -314,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     app = create_app(args.http_url, protocol=args.protocol, grpc_url=args.grpc_url, chat_model=args.chat_model,
                      completions_model=args.completions_model, messages_model=args.messages_model,
-                     responses_model=args.responses_model,
+                     responses_model=args.responses_model, embeddings_model=args.embeddings_model,
                      api_key=args.api_key, api_keys=own_keys,
                      max_body_bytes=args.max_body_bytes, served_model_names=args.served_model_names)
     guarded = resolve_keys(args.api_key, own_keys)

@@ -5,6 +5,8 @@ Triton's Python stub). Everything else, request to response, is in the Triton-fr
 around it (see `tritonchat.service`).
 """
 
+from .embeddings import OpenAIEmbeddingsModel
 from .model import AnthropicMessagesModel, OpenAIChatModel, OpenAICompletionsModel, OpenAIResponsesModel
 
-__all__ = ["AnthropicMessagesModel", "OpenAIChatModel", "OpenAICompletionsModel", "OpenAIResponsesModel"]
+__all__ = ["AnthropicMessagesModel", "OpenAIChatModel", "OpenAICompletionsModel", "OpenAIEmbeddingsModel",
+           "OpenAIResponsesModel"]
