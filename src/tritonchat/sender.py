@@ -18,12 +18,10 @@ in Triton).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import queue
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
@@ -93,7 +91,7 @@ class RequestState:
         self.cancel_hooks.append(hook)
 
 
-_OUTPUT, _END, _FAIL, _START, _MANY = range(5)
+_OUTPUT, _END, _FAIL, _START = range(4)
 
 
 def _token_count(output: GenerationOutput) -> int:
@@ -111,14 +109,9 @@ class Sender:
         clock: Callable[[], float] = time.monotonic,
         lanes: int = 1,
         observer: Observer | None = None,
-        sender_handoff: str = "direct",
-        sender_cancel_checks: str = "each",
     ):
-        self._lanes = [_Lane(cancel_check_interval, idle_timeout, clock, i, observer, sender_cancel_checks == "queue")
-                       for i in range(max(1, lanes))]
+        self._lanes = [_Lane(cancel_check_interval, idle_timeout, clock, i, observer) for i in range(max(1, lanes))]
         self._next = 0
-        self._batched = sender_handoff == "batched"
-        self._pending: dict[_Lane, list] = {}
 
     # ---- called from producers (any thread) ----------------------------------------------
     def start(self, state: RequestState) -> None:
@@ -128,33 +121,13 @@ class Sender:
         lane.put((_START, state, 0, None))
 
     def output(self, state: RequestState, index: int, output: GenerationOutput) -> None:
-        self._put(state.lane, (_OUTPUT, state, index, output))
+        state.lane.put((_OUTPUT, state, index, output))
 
     def end(self, state: RequestState, index: int) -> None:
-        self._put(state.lane, (_END, state, index, None))
+        state.lane.put((_END, state, index, None))
 
     def fail(self, state: RequestState, error: OpenAIError) -> None:
-        self._put(state.lane, (_FAIL, state, 0, error))
-
-    def _put(self, lane: _Lane, item: tuple) -> None:
-        if self._batched:
-            loop = asyncio._get_running_loop()
-            if loop is not None:
-                pending = self._pending
-                if not pending:
-                    loop.call_soon(self._hand_over)
-                items = pending.get(lane)
-                if items is None:
-                    pending[lane] = [item]
-                else:
-                    items.append(item)
-                return
-        lane.put(item)
-
-    def _hand_over(self) -> None:
-        pending, self._pending = self._pending, {}
-        for lane, items in pending.items():
-            lane.put(items[0] if len(items) == 1 else (_MANY, items, 0, None))
+        state.lane.put((_FAIL, state, 0, error))
 
     @property
     def open_requests(self) -> int:
@@ -169,9 +142,7 @@ class _Lane:
     """One sending thread and the requests assigned to it."""
 
     def __init__(self, cancel_check_interval: float, idle_timeout: float, clock: Callable[[], float], number: int,
-                 observer: Observer | None = None, queued_checks: bool = False):
-        self.queued_checks = queued_checks
-        self._due: deque[RequestState] = deque()  # open requests, the longest unchecked first
+                 observer: Observer | None = None):
         self.observer = observer
         self.cancel_check_interval = cancel_check_interval
         self.idle_timeout = idle_timeout
@@ -202,8 +173,6 @@ class _Lane:
                     break
                 if item is not None:
                     batch.append(item)
-            if any(item[0] == _MANY for item in batch):
-                batch = [one for item in batch for one in (item[1] if item[0] == _MANY else (item,))]
             try:
                 self._handle(batch)
                 self._check_open_requests()
@@ -223,7 +192,6 @@ class _Lane:
             if kind == _START:
                 state.last_activity = state.last_cancel_check = self.clock()
                 self.open[id(state)] = state
-                self._due.append(state)
                 continue
             if state.done:
                 continue
@@ -343,47 +311,7 @@ class _Lane:
             except Exception:  # noqa: BLE001  (metrics must never break a request)
                 log.exception("%s: could not record the request's metrics", state.name)
 
-    def _check_due_requests(self) -> None:
-        """The requests due for a check, the longest unchecked first; while sends wait, at most
-        one per pass unless a request is overdue by half an interval."""
-        now = self.clock()
-        interval = self.cancel_check_interval
-        due = self._due
-        checked = 0
-        for _ in range(len(due)):  # each request at most once per pass
-            state = due[0]
-            if state.done:
-                due.popleft()
-                continue
-            waited = now - state.last_cancel_check
-            if waited < interval:
-                break
-            if checked and waited < 1.5 * interval and not self._events.empty():
-                break
-            due.popleft()
-            checked += 1
-            state.last_cancel_check = now
-            try:
-                cancelled = state.sink.is_cancelled()
-            except Exception:  # noqa: BLE001
-                log.exception("%s: could not check for cancellation", state.name)
-                cancelled = False
-            if cancelled:
-                error = CancelledError("The request was cancelled by the client; generation stopped.")
-                self._finish_with_error(state, error, "cancelled")
-                continue
-            if self.idle_timeout and now - state.last_activity >= self.idle_timeout:
-                error = UnavailableError(
-                    f"The generation model sent nothing for {self.idle_timeout:g} s; the request was abandoned."
-                )
-                self._finish_with_error(state, error, "error")
-                continue
-            due.append(state)
-
     def _check_open_requests(self) -> None:
-        if self.queued_checks:
-            self._check_due_requests()
-            return
         now = self.clock()
         for state in list(self.open.values()):
             if now - state.last_cancel_check >= self.cancel_check_interval:
@@ -404,34 +332,14 @@ class _Lane:
                 self._finish_with_error(state, error, "error")
 
 
-def _decode_together(sender: Sender, state: RequestState, index: int, batch: list, decoder: Decoder) -> None:
-    """Responses that arrived together, decoded in order and handed over as one output (as the
-    lane would merge them): up to the one that ends the generation, if one does."""
-    merged = None
-    try:
-        for outputs in batch:
-            if outputs:
-                output = decoder.decode(outputs)
-                merged = output if merged is None else merged.merge(output)
-            if decoder.finished:
-                break
-    finally:  # what was decoded before a failure goes first, as one by one
-        if merged is not None:
-            sender.output(state, index, merged)
-
-
 async def pump(sender: Sender, state: RequestState, index: int, stream: TargetStream, decoder: Decoder) -> None:
-    """Coroutine: one choice's stream, decoded and handed to the sender response by response. A
-    stream may also yield a list of responses that arrived together (the HTTP transport does):
-    they are decoded one by one and handed over as one output."""
+    """Coroutine: one choice's stream, decoded and handed to the sender response by response."""
     ended = False  # whether the stream itself ended (else it is abandoned)
     try:
         async for outputs in stream:
             if state.done:
                 break
-            if type(outputs) is list:
-                _decode_together(sender, state, index, outputs, decoder)
-            elif outputs:
+            if outputs:
                 sender.output(state, index, decoder.decode(outputs))
             if decoder.finished:
                 break

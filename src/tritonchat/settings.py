@@ -68,23 +68,6 @@ class Settings:
         "call). Triton waits at shutdown until its HTTP connections close, so this bounds how long a stopping "
         "server waits for them; a busy instance reuses its connections whatever the value",
     )
-    http_client: str = setting(
-        "aiohttp",
-        "`transport: http`: the loopback client, `asyncio` (the package's own HTTP/1.1 client, "
-        "`transports/http_client.py`) or `aiohttp` (a trial setting while the two are measured)",
-        ("asyncio", "aiohttp"),
-    )
-    http_json: str = setting(
-        "json",
-        "`transport: http`: how each event's JSON is read: `auto` (orjson when installed, else json) or `json` "
-        "(a trial setting while the two are measured)",
-        ("auto", "json"),
-    )
-    http_merge_events: bool = setting(
-        False,
-        "`transport: http`: the events of a stream that one read brings are decoded and handed to the sender as one "
-        "output (a trial setting while it is measured)",
-    )
     loopback_headers: str = setting(
         "",
         "`name=value,...` headers the `http` and `grpc` transports send with every call, for a server that "
@@ -180,12 +163,6 @@ class Settings:
         "earlier name, also DeepSeek's); both are accepted in history", ("reasoning", "reasoning_content")
     )
     cancel_check_interval_ms: int = setting(100, "how often a stream checks whether its client went away")
-    sender_handoff: str = setting(
-        "direct", "trial: `batched` hands the outputs the event loop decoded in one pass to each lane at once",
-        ("direct", "batched"))
-    sender_cancel_checks: str = setting(
-        "each", "trial: `queue` checks the open requests longest unchecked first, a bounded number per pass",
-        ("each", "queue"))
     responder_threads: int = setting(4, "threads that build and send responses (each request stays on one)")
     stream_interval: int = setting(
         1,

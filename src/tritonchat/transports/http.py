@@ -15,20 +15,13 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from urllib.parse import quote
 
 import numpy as np
 
-from ..errors import OpenAIError, UnavailableError
+from ..errors import UnavailableError
 from ..formats import TargetCall
 from ..sse import EventReader, events
 from .base import Outputs, error_for, register_transport
-from .http_client import Connection, HttpClient, HttpClientError
-
-try:  # three to five times faster than json for these small objects; NVIDIA's containers may lack it
-    import orjson
-except ImportError:  # pragma: no cover  (the local environment has it, as a dependency of vLLM)
-    orjson = None
 
 log = logging.getLogger(__name__)
 
@@ -59,48 +52,20 @@ def event_outputs(event: dict, names: list[str]) -> Outputs:
     return {name: output_array(event[name]) for name in names if name in event}
 
 
-def parse_event(payload: bytes):
-    """One event's JSON with orjson; what orjson refuses (NaN, infinities, lone surrogates) is
-    read by `json`. The value is the one `json.loads` gives for every event Triton writes (orjson
-    would read an integer beyond 64 bits as a float, but Triton's tensors hold none)."""
-    try:
-        return orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        return json.loads(payload)
-
-
-def _unavailable(exc: BaseException) -> UnavailableError:
-    return UnavailableError(f"The generation model is unavailable: {exc or type(exc).__name__}")
-
-
 class HttpTransport:
-    """The loopback client of one model instance, made lazily on the event loop: the package's
-    own (`http_client: asyncio`) or an aiohttp session (`aiohttp`)."""
+    """One aiohttp session per model instance, created lazily on the event loop."""
 
     def __init__(self, url: str, model: str, version: int = -1, headers: dict[str, str] | None = None,
-                 keepalive_s: float = 2.0, client: str = "asyncio", json_parser: str = "auto",
-                 merge_events: bool = False):
+                 keepalive_s: float = 2.0):
         self.keepalive_s = keepalive_s
         versioned = f"{model}/versions/{version}" if version > 0 else model
-        self.host, _, port = url.rpartition(":") if ":" in url else (url, "", "80")
-        self.port = int(port)
-        self.path = quote(f"/v2/models/{versioned}/generate_stream")
-        self.endpoint = f"http://{url}{self.path}"
+        self.endpoint = f"http://{url}/v2/models/{versioned}/generate_stream"
         self.headers = {"Content-Type": "application/json", **(headers or {})}
-        self.client_kind = client
-        self.loads = parse_event if json_parser == "auto" and orjson is not None else json.loads
-        self.merge_events = merge_events
         self._session = None
-        self._client: HttpClient | None = None
-
-    def client(self) -> HttpClient:
-        if self._client is None:
-            self._client = HttpClient(self.host.strip("[]"), self.port, self.keepalive_s)
-        return self._client
 
     def session(self):
         if self._session is None:
-            import aiohttp  # noqa: PLC0415  (only with this client)
+            import aiohttp  # noqa: PLC0415  (only with this transport)
 
             # Idle keep-alive connections close after keepalive_s; a connection given up early
             # is closed at once (that is how the request is cancelled).
@@ -120,66 +85,20 @@ class HttpTransport:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
-        if self._client is not None:
-            await self._client.close()
 
 
 class HttpStream:
-    """One `generate_stream` request; the request is sent when the stream is first read. It
-    yields the outputs of each event, or (`merge_events`) a list of the outputs of the events
-    that one read brought, when it brought several."""
+    """One `generate_stream` request; the request is sent when the stream is first read."""
 
     def __init__(self, transport: HttpTransport, body: bytes, outputs: list[str]):
         self.transport = transport
         self.body = body
         self.outputs = outputs
         self._response = None
-        self._connection: Connection | None = None
         self._task: asyncio.Task | None = None
         self._abandoned = False
 
-    def __aiter__(self) -> AsyncIterator[Outputs | list[Outputs]]:
-        if self.transport.client_kind == "aiohttp":
-            return self._read_aiohttp()
-        return self._read()
-
-    async def _read(self) -> AsyncIterator[Outputs | list[Outputs]]:
-        if self._abandoned:
-            return
-        self._task = asyncio.current_task()
-        transport = self.transport
-        try:
-            connection = await transport.client().post(transport.path, self.body, transport.headers)
-        except HttpClientError as exc:
-            if self._abandoned:
-                return
-            raise _unavailable(exc) from None
-        self._connection = connection
-        released = False
-        try:
-            content_type = connection.headers.get("content-type", "").partition(";")[0].strip().lower()
-            if connection.status != 200 or content_type == "application/json":
-                text = (await connection.read_all()).decode("utf-8", errors="replace")
-                raise self._error(connection.status, text)
-            reader = EventReader()
-            while data := await connection.read():
-                items, error = self._decode(reader.feed(data))
-                for item in items:
-                    yield item
-                if error is not None:
-                    raise error
-            self._connection = None  # from now on the pool's: an abandon must not close it
-            released = True
-            connection.release()
-        except HttpClientError as exc:
-            if self._abandoned:
-                return
-            raise _unavailable(exc) from None
-        finally:
-            if not released:
-                connection.close()
-
-    async def _read_aiohttp(self) -> AsyncIterator[Outputs]:
+    async def __aiter__(self) -> AsyncIterator[Outputs]:
         import aiohttp  # noqa: PLC0415
 
         if self._abandoned:
@@ -194,31 +113,12 @@ class HttpStream:
                     raise self._error(response.status, await response.text())
                 reader = EventReader()
                 async for chunk in response.content.iter_any():
-                    items, error = self._decode(reader.feed(chunk))
-                    for item in items:
-                        yield item
-                    if error is not None:
-                        raise error
+                    for payload in reader.feed(chunk):
+                        yield event_outputs(json.loads(payload), self.outputs)
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
             if self._abandoned:
                 return
-            raise _unavailable(exc) from None
-
-    def _decode(self, payloads: list[bytes]) -> tuple[list, Exception | None]:
-        """What to yield for the events one read completed (their outputs, or with `merge_events`
-        one list of them when there are several), and the error an event raised (after them)."""
-        loads, names = self.transport.loads, self.outputs
-        outputs = []
-        error = None
-        for payload in payloads:
-            try:
-                outputs.append(event_outputs(loads(payload), names))
-            except Exception as exc:  # noqa: BLE001  (raised once what came before it is yielded)
-                error = exc
-                break
-        if self.transport.merge_events and len(outputs) > 1:
-            return [outputs], error
-        return outputs, error
+            raise UnavailableError(f"The generation model is unavailable: {exc or type(exc).__name__}") from None
 
     @staticmethod
     def _error(status: int, text: str):
@@ -236,9 +136,7 @@ class HttpStream:
         if self._abandoned:
             return
         self._abandoned = True
-        if self._connection is not None:
-            self._connection.close()
-        elif self._response is not None:
+        if self._response is not None:
             self._response.close()
         elif self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel()
@@ -254,5 +152,4 @@ class HttpStream:
 @register_transport("http")
 def http_transport(settings) -> HttpTransport:
     return HttpTransport(settings.http_url, settings.target_model, settings.target_model_version,
-                         settings.loopback_header_map, settings.http_keepalive_s, settings.http_client,
-                         settings.http_json, settings.http_merge_events)
+                         settings.loopback_header_map, settings.http_keepalive_s)

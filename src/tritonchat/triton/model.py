@@ -99,8 +99,6 @@ class OpenAIModel:
             settings.idle_timeout_s,
             lanes=settings.responder_threads,
             observer=self.metrics,
-            sender_handoff=settings.sender_handoff,
-            sender_cancel_checks=settings.sender_cancel_checks,
         )
         self.max_open = settings.max_open_requests
         self.text_output = settings.text_output
