@@ -220,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
             server.wait_ready(timeout=600)
             bench.base_url = f"http://{server.http_url}"
             bench.cpu = ProcessCpu(server.process.pid)
+            bench.metrics_url = f"http://127.0.0.1:{server.metrics_port}/metrics"
             log(f"tritonserver ready at {server.http_url}")
         asyncio.run(bench.run(pairs))
     except BaseException as exc:

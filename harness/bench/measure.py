@@ -151,11 +151,61 @@ def summarize(runs: list[dict], args) -> list[dict]:
                     per_label.setdefault("bench client", []).append(1e6 * r["client_cpu_s"] / tokens)
                 cpu[side] = {label: spread(values) for label, values in per_label.items()}
             entry["cpu_us_per_token"] = cpu
+            entry["first_token_stages_ms"] = {
+                side: {stage: spread(r["first_token_stages_ms"][stage] for r in found
+                                     if r.get("first_token_stages_ms")) for stage in FIRST_TOKEN_STAGES}
+                for side, found in level.items() if any(r.get("first_token_stages_ms") for r in found)
+            }
+            entry["ttft_mean_ms"] = {side: spread(r.get("ttft_mean_ms") for r in found) for side, found in level.items()}
             entry["other_processes_cores"] = {
                 side: spread(r.get("other_processes_cores") for r in found) for side, found in level.items()
             }
             summary.append(entry)
     return summary
+
+
+# ---- the chat models' first-token stages (Triton's metrics endpoint) -----------------------------
+
+STAGE_METRIC = "tritonchat_first_token_stage_seconds"
+FIRST_TOKEN_STAGES = ("prepare", "wait", "handoff", "send")
+
+
+def scrape_stages(metrics_url: str) -> dict[tuple[str, str], tuple[float, float]]:
+    """Per (model, stage) the sum (seconds) and count of `tritonchat_first_token_stage_seconds`
+    (the chat models report it with `first_token_stages`); empty when the endpoint cannot be read."""
+    import urllib.request  # noqa: PLC0415
+
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    found: dict[tuple[str, str], list[float]] = {}
+    for line in text.splitlines():
+        if not line.startswith(STAGE_METRIC + "_"):
+            continue
+        name, _, rest = line.partition("{")
+        labels_text, _, value = rest.rpartition("} ")
+        labels = dict(part.split("=", 1) for part in labels_text.split(",") if "=" in part)
+        key = (labels.get("model", "").strip('"'), labels.get("stage", "").strip('"'))
+        slot = found.setdefault(key, [0.0, 0.0])
+        if name == STAGE_METRIC + "_sum":
+            slot[0] = float(value)
+        elif name == STAGE_METRIC + "_count":
+            slot[1] = float(value)
+    return {key: (total, count) for key, (total, count) in found.items()}
+
+
+def stage_means_ms(before: dict, after: dict, model: str) -> dict[str, float] | None:
+    """The mean of each first-token stage over a run's requests (ms), from two scrapes."""
+    means = {}
+    for stage in FIRST_TOKEN_STAGES:
+        total, count = after.get((model, stage), (0.0, 0.0))
+        total0, count0 = before.get((model, stage), (0.0, 0.0))
+        if count - count0 <= 0:
+            return None
+        means[stage] = 1000.0 * (total - total0) / (count - count0)
+    return means
 
 
 # ---- server CPU accounting (Linux /proc) ------------------------------------------------------

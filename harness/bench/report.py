@@ -257,6 +257,7 @@ def markdown_report(summary: list[dict], checks: list[dict], args, profiles: lis
                          _num(server_cpu_us(e, side)),
                          _num(others["max"]) if others else "-"]
                 lines.append(f"| {e['pair']} | {e['concurrency']} | {side} | " + " | ".join(cells) + " |")
+    lines += first_token_section(summary)
     if profiles:
         lines += ["", "## Where the chat stub's CPU goes (py-spy, first run of the profiled level)", "",
                   "Stage shares of the stub's samples (harness/bench/profile.py `STAGES`), and the same as µs per token "
@@ -282,6 +283,36 @@ def markdown_report(summary: list[dict], checks: list[dict], args, profiles: lis
             note = f" ({check['note']})" if check.get("note") else ""
             lines.append(f"- {'PASS' if check['ok'] else 'FAIL'} [{check['pair']}, {check['side']}] {what}: {value}{note}")
     return "\n".join(lines) + "\n"
+
+
+def first_token_section(summary: list[dict]) -> list[str]:
+    """At concurrency 1, each chat path's first token by stage (means over a run's requests, as
+    the chat model reports them: `tritonchat_first_token_stage_seconds`; medians over the runs):
+    what the chat layer adds to the engine's own first token, and where."""
+    entries = [e for e in summary if e["concurrency"] == 1 and e.get("first_token_stages_ms")]
+    if not entries:
+        return []
+    lines = ["", "## First token at concurrency 1, by stage (ms; means per run, medians over runs)", "",
+             "`prepare`: from the request's arrival in the chat model to its calls built (parsing, the "
+             "template, tokenizing); `wait`: to the first event of the generation model (the loopback request "
+             "and the engine's own first token; for `chat inprocess` the engine's first output); `beyond raw`: "
+             "`wait` minus raw's mean first-token time seen by the client (what the loopback itself adds); "
+             "`handoff`: to the sender's lane; `send`: its chunks built and sent. `added`: the path's TTFT "
+             "p50 minus raw's, as the client sees it.", "",
+             "| pair | path | prepare | wait | beyond raw | handoff | send | added |",
+             "|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        raw_ttft = (e.get("ttft_mean_ms") or {}).get("raw")
+        for side, stages in e["first_token_stages_ms"].items():
+            wait = stages.get("wait")
+            beyond = wait["median"] - raw_ttft["median"] if wait and raw_ttft else None
+            added = e["vs_raw"].get(side, {}).get("ttft_p50_ms_diff")
+            cells = [fmt_spread(stages.get(stage)) for stage in ("prepare", "wait")]
+            cells += [f"{beyond:+.2f}" if beyond is not None else "-"]
+            cells += [fmt_spread(stages.get(stage)) for stage in ("handoff", "send")]
+            cells += [f"{added['median']:+.2f}" if added else "-"]
+            lines.append(f"| {e['pair']} | {side} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_plot(summary: list[dict], args, path: Path) -> None:

@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 from harness.bench import BenchError, log
 from harness.bench import profile as profiling
 from harness.bench.load import Target, run_load
-from harness.bench.measure import ProcessCpu, cpu_delta, summarize_run, system_busy_seconds, to_ms
+from harness.bench.measure import (
+    ProcessCpu,
+    cpu_delta,
+    scrape_stages,
+    stage_means_ms,
+    summarize_run,
+    system_busy_seconds,
+    to_ms,
+)
 from harness.bench.report import run_line
 
 
@@ -25,6 +33,7 @@ class Bench:
     other_cpu: list[ProcessCpu] = field(default_factory=list)  # servers besides Triton (vLLM's own)
     runs: list[dict] = field(default_factory=list)
     profiles: list[dict] = field(default_factory=list)
+    metrics_url: str | None = None  # Triton's metrics endpoint: the chat models' first-token stages
 
     def requests_for(self, concurrency: int) -> int:
         return self.args.requests or max(32, 4 * concurrency)
@@ -34,6 +43,7 @@ class Bench:
         cpu_before = [cpu.snapshot() for cpu in cpus]
         client_before = time.process_time()
         busy_before = system_busy_seconds()
+        stages_before = scrape_stages(self.metrics_url) if self.metrics_url and target.side.startswith("chat") else None
         results, wall = await self.load(session, target, concurrency, total)
         client_cpu = time.process_time() - client_before
         busy = system_busy_seconds() - busy_before if busy_before is not None else None
@@ -43,6 +53,11 @@ class Bench:
             for cpu, before in zip(cpus, cpu_before):
                 server_cpu.update(cpu_delta(before, cpu.snapshot()))
         # What everything else on the machine used meanwhile: other people's jobs skew results.
+        stages = None
+        if stages_before is not None:
+            await asyncio.sleep(0.2)  # (each request's stages are recorded just after its last response)
+            stages = stage_means_ms(stages_before, scrape_stages(self.metrics_url), target.model)
+        ttfts = [r.ttft for r in results if r.ttft is not None]
         others = busy - client_cpu - sum(server_cpu.values()) if busy is not None and server_cpu is not None else None
         run = {
             "pair": target.pair,
@@ -51,6 +66,8 @@ class Bench:
             "concurrency": concurrency,
             "repeat": repeat,
             "metrics": summarize_run(results, wall),
+            "first_token_stages_ms": stages,
+            "ttft_mean_ms": to_ms(sum(ttfts) / len(ttfts)) if ttfts else None,
             "client_cpu_s": client_cpu,
             "server_cpu_s": server_cpu,
             "machine_busy_cores": busy / wall if busy is not None else None,

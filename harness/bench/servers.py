@@ -40,8 +40,9 @@ def build_repository(repo: Path, args, grpc_port: int, http_port: int) -> None:
         add_vllm_model,
     )
 
+    # (every chat model reports its first tokens by stage, for the report's breakdown)
     loopback = {"grpc_url": f"127.0.0.1:{grpc_port}", "http_url": f"127.0.0.1:{http_port}",
-                **{key: str(value) for key, value in args.chat_parameter}}
+                "first_token_stages": "true", **{key: str(value) for key, value in args.chat_parameter}}
     for pair in args.paths:
         if pair == "vllm":
             add_vllm_model(repo, args.raw_model, args.tokenizer, **dict(args.engine_arg))

@@ -32,6 +32,9 @@ from .transports.base import TargetStream
 
 log = logging.getLogger(__name__)
 
+# The stages of a request's first token (RequestState.first_token_stages), in order.
+FIRST_TOKEN_STAGES = ("prepare", "wait", "handoff", "send")
+
 
 class Sink(Protocol):
     """Where a request's responses go (Triton's response sender)."""
@@ -86,6 +89,24 @@ class RequestState:
         self.arrived = time.monotonic() if arrived is None else arrived
         self.first_output_at: float | None = None
         self.last_output_at: float | None = None
+        # The first token's way, for its breakdown (`first_token_stages`): when the request was
+        # prepared (prompt rendered, calls built), when the first event of the generation model
+        # was received, and when the first output's chunks were sent.
+        self.prepared_at: float | None = None
+        self.first_event_at: float | None = None
+        self.first_sent_at: float | None = None
+
+    def first_token_stages(self) -> dict[str, float] | None:
+        """Seconds from arrival to the first chunk sent, in four stages, or None for a request
+        whose first output never went out: `prepare` (arrival to calls built: parsing, the
+        template, tokenizing), `wait` (to the first event received: the loopback request and the
+        engine's own first token), `handoff` (to the sender's lane taking it) and `send`
+        (building and sending its chunks)."""
+        marks = (self.arrived, self.prepared_at, self.first_event_at, self.first_output_at, self.first_sent_at)
+        if any(mark is None for mark in marks):
+            return None
+        return {stage: max(0.0, later - earlier)
+                for stage, earlier, later in zip(FIRST_TOKEN_STAGES, marks, marks[1:])}
 
     def add_cancel_hook(self, hook: Callable[[], None]) -> None:
         self.cancel_hooks.append(hook)
@@ -259,6 +280,8 @@ class _Lane:
         try:
             for payload in state.builder.stream_output(index, output):
                 state.sink.send(payload, final=False)
+            if state.first_sent_at is None and state.first_output_at is not None:
+                state.first_sent_at = time.monotonic()
         except Exception as exc:  # noqa: BLE001
             log.exception("%s: sending failed", state.name)
             self._finish_with_error(state, InternalError(f"Internal error while streaming the response: {exc}"), "error")
@@ -339,6 +362,8 @@ async def pump(sender: Sender, state: RequestState, index: int, stream: TargetSt
         async for outputs in stream:
             if state.done:
                 break
+            if state.first_event_at is None:
+                state.first_event_at = time.monotonic()
             if outputs:
                 sender.output(state, index, decoder.decode(outputs))
             if decoder.finished:

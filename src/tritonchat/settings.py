@@ -208,6 +208,11 @@ class Settings:
         "(see [Benchmark](benchmarks.md#standard-tools-aiperf))",
     )
     metrics: bool = setting(True, "report `tritonchat_*` metrics on Triton's metrics endpoint (see [Metrics](deployment.md#metrics))")
+    first_token_stages: bool = setting(
+        False,
+        "with `metrics`: also report `tritonchat_first_token_stage_seconds`, each streamed request's first token "
+        "by stage (four more metric updates per request; `make bench` turns it on)",
+    )
     idle_timeout_s: float = setting(
         600.0, "a generation model silent this long ends the request with a 503 error (0: never)"
     )

@@ -165,7 +165,7 @@ def triton(tmp_path_factory, tiny_model, tiny_embedding_model) -> TritonServer:
         trust = {"trust_request_chat_template": "true"} if route.model == "chat_scripted" else {}
         chat_model(route.model, transport=route.transport, **trust, **{**(trt if route.fmt != "vllm" else scripted), **target})
     chat_model("chat_scripted_cancel", transport="grpc", grpc_cancel="true", **scripted)
-    chat_model("chat_metrics", **scripted)  # only test_metrics.py uses it: its counts are exact
+    chat_model("chat_metrics", **scripted, first_token_stages="true")  # only test_metrics.py uses it: its counts are exact
     chat_model("chat_capped", max_open_requests="8", **scripted)
     chat_model("chat_text_output", text_output="true", **scripted)
     # Chat templates of other shapes than the tiny model's (see OTHER_TEMPLATES).

@@ -52,6 +52,12 @@ def test_metrics_after_known_traffic(triton):
     assert sample(samples, "tritonchat_time_to_first_token_seconds_count", **model) == 3
     assert 0 < sample(samples, "tritonchat_time_to_first_token_seconds_sum", **model) < 3
     assert sample(samples, "tritonchat_time_per_output_token_seconds_count", **model) == 2
+    # first_token_stages: the one streamed request's first token by stage, within its time to first token
+    stages = {stage: sample(samples, "tritonchat_first_token_stage_seconds_sum", stage=stage, **model)
+              for stage in ("prepare", "wait", "handoff", "send")}
+    assert all(sample(samples, "tritonchat_first_token_stage_seconds_count", stage=stage, **model) == 1
+               for stage in stages)
+    assert 0 < sum(stages.values()) < 3 and stages["wait"] > 0
 
 
 def test_overload_is_refused_fast_and_the_rest_keep_their_latency(triton):

@@ -312,3 +312,58 @@ def test_the_token_path_micro_benchmark_streams_what_a_client_reads(tiny_model):
     text = "".join(chunk["choices"][0]["delta"].get("content", "") for chunk in sent)
     assert text == "".join(token_path.WORDS[i % len(token_path.WORDS)] for i in range(12))
     assert sent[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_first_token_stages_are_read_from_the_metrics_and_reported():
+    """The chat models' `tritonchat_first_token_stage_seconds` scraped before and after a run
+    give each stage's mean over the run; the report breaks the first token down at concurrency 1."""
+    from harness.bench.measure import stage_means_ms
+
+    def scrape(count, sums):
+        return {("chat_http", stage): (total, count) for stage, total in zip(("prepare", "wait", "handoff", "send"), sums)}
+
+    before = scrape(2, (0.002, 0.010, 0.0002, 0.0004))
+    after = scrape(6, (0.010, 0.050, 0.0006, 0.0012))
+    means = stage_means_ms(before, after, "chat_http")
+    assert {k: round(v, 3) for k, v in means.items()} == {"prepare": 2.0, "wait": 10.0, "handoff": 0.1, "send": 0.2}
+    assert stage_means_ms(after, after, "chat_http") is None  # no request in between
+
+    args = argparse.Namespace(paths=["scripted"], concurrency=[1], max_tokens=64, repeats=2, scripted_interval_ms=2.0,
+                              chat_scripted_model="chat_scripted", raw_scripted_model="scripted_vllm",
+                              raw_model="vllm_model")
+    runs = []
+    for repeat in range(2):
+        for side, model, ttft in (("raw", "scripted_vllm", 9.0), ("chat http", "chat_http", 12.0)):
+            runs.append({"pair": "scripted", "side": side, "model": model, "concurrency": 1, "repeat": repeat,
+                         "metrics": _metrics(tokens_per_s=500.0, ttft_p50_ms=ttft, itl_p50_ms=2.0, tokens=640),
+                         "client_cpu_s": 0.1, "other_processes_cores": 0.0, "server_cpu_s": None,
+                         "ttft_mean_ms": ttft,
+                         "first_token_stages_ms": means if side != "raw" else None})
+    report = markdown_report(summarize(runs, args), [], args)
+    assert ("| scripted | chat http | 2.00 (2.00-2.00) | 10.0 (10.0-10.0) | +1.00 | 0.10 (0.10-0.10) | "
+            "0.20 (0.20-0.20) | +3.00 |") in report, report
+
+
+def test_the_stage_metric_is_parsed_from_prometheus_text(monkeypatch):
+    from harness.bench import measure
+
+    text = (
+        '# TYPE tritonchat_first_token_stage_seconds histogram\n'
+        'tritonchat_first_token_stage_seconds_count{model="chat_http",stage="wait"} 4\n'
+        'tritonchat_first_token_stage_seconds_sum{model="chat_http",stage="wait"} 0.04\n'
+        'tritonchat_first_token_stage_seconds_bucket{model="chat_http",stage="wait",le="0.001"} 0\n'
+        'tritonchat_time_to_first_token_seconds_sum{model="chat_http"} 9\n'
+    )
+
+    class Response:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read(self):
+            return text.encode()
+
+    monkeypatch.setattr("urllib.request.urlopen", lambda url, timeout: Response())
+    assert measure.scrape_stages("http://x/metrics") == {("chat_http", "wait"): (0.04, 4.0)}

@@ -335,6 +335,26 @@ def test_metrics_count_requests_tokens_and_latency(stub_factory):
     assert fakes.Metric.update_threads == {stub.model._loop_thread.ident}  # one thread: see triton/metrics.py
 
 
+def test_first_token_stages_are_reported_when_asked(stub_factory):
+    """`first_token_stages`: each streamed request's first token in four stages that add up to
+    its time to first token; a whole answer has none. Off by default: no such metric."""
+    stub = stub_factory(hello, first_token_stages="true")
+    stub.execute(fakes.Request(chat(stream=True)), fakes.Request(chat()))
+    time.sleep(0.1)
+    family = sys.modules["triton_python_backend_utils"].MetricFamily
+    model = {"model": "openai_chat"}
+    stages = {stage: family.value("tritonchat_first_token_stage_seconds", stage=stage, **model)
+              for stage in ("prepare", "wait", "handoff", "send")}
+    assert all(len(values) == 1 and values[0] >= 0 for values in stages.values()), stages
+    # The first three are the time to first token (to the first output); `send` comes after it.
+    first_output = stages["prepare"][0] + stages["wait"][0] + stages["handoff"][0]
+    ttfts = family.value("tritonchat_time_to_first_token_seconds", **model)
+    assert any(abs(ttft - first_output) < 1e-6 for ttft in ttfts), (ttfts, stages)
+    family.families.clear()
+    stub_factory(hello).execute(fakes.Request(chat(stream=True)))
+    assert "tritonchat_first_token_stage_seconds" not in sys.modules["triton_python_backend_utils"].MetricFamily.families
+
+
 def test_an_instance_at_its_limit_refuses_at_once(stub_factory):
     """max_open_requests: beyond it a request gets a 503 right away, the others are served."""
     stub = stub_factory(lambda _kwargs, _index: fakes.ResponseIterator([vllm_response("x", "stop")], delay=0.3),

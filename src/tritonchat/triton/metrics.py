@@ -2,7 +2,8 @@
 
 Every update is a message to the Triton server, so they are per request, never per token:
 requests by outcome and finish reason or error, prompt and completion tokens, requests in
-flight, time to first token, and time per output token after the first (histograms).
+flight, time to first token and its stages, and time per output token after the first
+(histograms).
 
 All updates run on one thread, the instance's event loop: metric updates from several threads
 at once crashed Triton 2.51 (`boost::interprocess::lock_exception` in the Python backend, then
@@ -12,7 +13,7 @@ SIGABRT) within seconds at 16 concurrent streams.
 from __future__ import annotations
 
 from ..errors import OpenAIError
-from ..sender import RequestState
+from ..sender import FIRST_TOKEN_STAGES, RequestState
 from .sink import pb
 
 LATENCY_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0]
@@ -22,7 +23,7 @@ TOKEN_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 class TritonMetrics:
     """The metrics of one model (label `model`); also the sender's `Observer`."""
 
-    def __init__(self, model: str, loop):
+    def __init__(self, model: str, loop, first_token_stages: bool = False):
         self.loop = loop  # every update runs there
         family = pb().MetricFamily
         self.labels = {"model": model}
@@ -37,6 +38,15 @@ class TritonMetrics:
         self._tpot = family("tritonchat_time_per_output_token_seconds",
                             "Per request: time between first and last output over the tokens after the first",
                             family.HISTOGRAM)
+        self._stages = self.first_token_stages = None
+        if first_token_stages:
+            self._stages = family("tritonchat_first_token_stage_seconds",
+                                  "A streamed request's first token by stage: prepare (arrival to the calls built), "
+                                  "wait (to the generation model's first event), handoff (to the sender), send "
+                                  "(its chunks built and sent)", family.HISTOGRAM)
+            self.first_token_stages = {
+                stage: self._stages.Metric(labels={**self.labels, "stage": stage}, buckets=LATENCY_BUCKETS)
+                for stage in FIRST_TOKEN_STAGES}
         self.prompt_tokens = self._prompt.Metric(labels=self.labels)
         self.completion_tokens = self._completion.Metric(labels=self.labels)
         self.in_flight = self._in_flight.Metric(labels=self.labels)
@@ -78,3 +88,7 @@ class TritonMetrics:
             tokens = usage.completion_tokens
             if tokens > 1 and state.last_output_at is not None:
                 self.tpot.observe((state.last_output_at - state.first_output_at) / (tokens - 1))
+        stages = state.first_token_stages() if self.first_token_stages is not None else None
+        if stages is not None:
+            for stage, seconds in stages.items():
+                self.first_token_stages[stage].observe(seconds)

@@ -93,7 +93,7 @@ class OpenAIModel:
         # never hold the threads that prepare other requests (made when first needed).
         self.fetch_pool: ThreadPoolExecutor | None = None
         self.loop = asyncio.new_event_loop()
-        self.metrics = TritonMetrics(self.model_name, self.loop) if settings.metrics else None
+        self.metrics = TritonMetrics(self.model_name, self.loop, settings.first_token_stages) if settings.metrics else None
         self.sender = Sender(
             settings.cancel_check_interval_ms / 1000.0,
             settings.idle_timeout_s,
@@ -215,6 +215,7 @@ class OpenAIModel:
             return
         images = await self._load_images(loop, staged) if staged.image_count else None
         prepared = await loop.run_in_executor(self.pool, self.service.complete, staged, images)
+        prepared_at = time.monotonic()
         opened = await asyncio.gather(*(self.transport.open(call) for call in prepared.calls), return_exceptions=True)
         failed = [result for result in opened if isinstance(result, BaseException)]
         if failed:
@@ -232,6 +233,7 @@ class OpenAIModel:
             require_finish_reason=self.service.format.reports_finish_reason,
             arrived=arrived,
         )
+        state.prepared_at = prepared_at
         if self.metrics is not None:
             self.metrics.request_started()
         for stream in opened:
