@@ -293,53 +293,89 @@ def stopped_cleanly(server: TritonServer, engines: set[str]) -> None:
     print(f"\ntritonserver stopped in {time.monotonic() - started:.1f} s")
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tiny_model, tmp_path_factory):
-    """vLLM's own OpenAI-compatible server on the tiny model files: the reference of the
-    differential tests (test_vllm_differential.py, test_anthropic.py); started at first use."""
-    yield from vllm_openai_server(tiny_model, "tiny-chat", tmp_path_factory.mktemp("vllm_openai") / "server.log")
+# vLLM's own servers, the references of the differential tests: each is started in the background
+# at the start of a session that will use it (its start, mostly waiting, overlaps the tests before
+# its first use), and waited for at first use.
+_VLLM_SERVERS = {"vllm_server": ("tiny-chat", None), "vllm_embedding_server": ("tiny-embed", EMBEDDING_ENGINE_ARGS)}
 
 
-@pytest.fixture(scope="session")
-def vllm_embedding_server(tiny_embedding_model, tmp_path_factory):
-    """vLLM's own server on the tiny embedding model's files, as `vllm_embed` runs them: the
-    reference of test_embeddings.py; started at first use."""
-    engine_args = [arg for key, value in EMBEDDING_ENGINE_ARGS.items() for arg in (f"--{key}", str(value))]
-    yield from vllm_openai_server(tiny_embedding_model, "tiny-embed",
-                                  tmp_path_factory.mktemp("vllm_embed") / "server.log", engine_args)
+class VllmOpenAIServer:
+    """vLLM's OpenAI-compatible server on a model's files, in its own process group."""
 
+    def __init__(self, model: Path, served_name: str, log_path: Path, engine_args: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        extra = [arg for key, value in (engine_args or {}).items() for arg in (f"--{key}", str(value))]
+        command = [
+            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(model), "--served-model-name", served_name,
+            "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
+            "--gpu-memory-utilization", "0.1", "--host", "127.0.0.1", "--port", str(self.port), *extra,
+        ]
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=server_env(),
+                                            start_new_session=True)
 
-def vllm_openai_server(model: Path, served_name: str, log_path: Path, extra_args: list[str] = ()):
-    """Runs vLLM's OpenAI-compatible server on `model` until the generator is closed; yields its URL."""
-    port = free_port()
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model), "--served-model-name", served_name,
-        "--dtype", "float32", "--enforce-eager", "--max-model-len", "2048",
-        "--gpu-memory-utilization", "0.1", "--host", "127.0.0.1", "--port", str(port), *extra_args,
-    ]
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=server_env(), start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
+    def wait_ready(self, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
         while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"vLLM's server exited:\n{log_path.read_text()[-3000:]}")
+            if self.process.poll() is not None:
+                raise RuntimeError(f"vLLM's server exited:\n{self.log_path.read_text()[-3000:]}")
             try:
-                if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
+                if requests.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self.url
             except requests.ConnectionError:
                 pass
             if time.monotonic() > deadline:
-                raise TimeoutError(f"vLLM's server did not start:\n{log_path.read_text()[-3000:]}")
+                raise TimeoutError(f"vLLM's server did not start:\n{self.log_path.read_text()[-3000:]}")
             time.sleep(1)
-        yield url
-    finally:
+
+    def kill(self) -> None:
         # Only a reference to compare with: its own graceful shutdown takes about 10 s and is
         # not under test, so its whole process group (API server, engine core) is killed.
-        os.killpg(process.pid, 9)
-        process.wait(30)
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, 9)
+        self.process.wait(30)
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(request, tiny_model, tiny_embedding_model, tmp_path_factory):
+    """The vLLM servers this session's tests use, started now, all at once (name -> server)."""
+    wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
+    models = {"vllm_server": tiny_model, "vllm_embedding_server": tiny_embedding_model}
+    servers = {}
+    try:
+        for name, (served, engine_args) in _VLLM_SERVERS.items():
+            if name in wanted:
+                servers[name] = VllmOpenAIServer(models[name], served, tmp_path_factory.mktemp(served) / "server.log",
+                                                 engine_args)
+        yield servers
+    finally:
+        for server in servers.values():
+            server.kill()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _start_vllm_servers(request) -> None:
+    """Starts vLLM's own servers early when some test of the session will use one."""
+    wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
+    if wanted & set(_VLLM_SERVERS):
+        request.getfixturevalue("vllm_servers")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(vllm_servers) -> str:
+    """vLLM's own OpenAI-compatible server on the tiny model files: the reference of the
+    differential tests (test_vllm_differential.py, test_anthropic.py, ...); its URL."""
+    return vllm_servers["vllm_server"].wait_ready()
+
+
+@pytest.fixture(scope="session")
+def vllm_embedding_server(vllm_servers) -> str:
+    """vLLM's own server on the tiny embedding model's files, as `vllm_embed` runs them: the
+    reference of test_embeddings.py; its URL."""
+    return vllm_servers["vllm_embedding_server"].wait_ready()
 
 
 @pytest.fixture(autouse=True)
