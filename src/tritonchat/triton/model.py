@@ -209,12 +209,15 @@ class OpenAIModel:
         body = request_body(request)
         loop = asyncio.get_running_loop()
         await self._learn_target(loop)
-        staged = await loop.run_in_executor(self.pool, self.service.stage, body, request.request_id())
+        # One hop to the thread pool for the whole preparation (a request with images comes back
+        # staged, for its images to be read first).
+        staged, prepared = await loop.run_in_executor(self.pool, self._prepare, body, request.request_id())
         if staged.answer is not None:  # answered without generation (Anthropic's count_tokens)
             sink.send(staged.answer, final=True)
             return
-        images = await self._load_images(loop, staged) if staged.image_count else None
-        prepared = await loop.run_in_executor(self.pool, self.service.complete, staged, images)
+        if prepared is None:
+            images = await self._load_images(loop, staged) if staged.image_count else None
+            prepared = await loop.run_in_executor(self.pool, self.service.complete, staged, images)
         prepared_at = time.monotonic()
         opened = await asyncio.gather(*(self.transport.open(call) for call in prepared.calls), return_exceptions=True)
         failed = [result for result in opened if isinstance(result, BaseException)]
@@ -242,6 +245,14 @@ class OpenAIModel:
         for index, (stream, decoder) in enumerate(zip(opened, prepared.decoders)):
             # (a stream that yields decoded outputs, the in-process engine's, has its own decoder)
             self._spawn(pump(self.sender, state, index, stream, getattr(stream, "decoder", None) or decoder))
+
+    def _prepare(self, body, request_id: str):
+        """On the thread pool: the request staged and, unless it has images to read first or was
+        answered without generation, prepared."""
+        staged = self.service.stage(body, request_id)
+        if staged.answer is not None or staged.image_count:
+            return staged, None
+        return staged, self.service.complete(staged, None)
 
     async def _load_images(self, loop, staged) -> list:
         """The request's images, each read on a thread of the fetch pool, all at once."""
