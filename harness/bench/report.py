@@ -296,13 +296,18 @@ def first_token_section(summary: list[dict]) -> list[str]:
              "`prepare`: from the request's arrival in the chat model to its calls built (parsing, the "
              "template, tokenizing); `wait`: to the first event of the generation model (the loopback request "
              "and the engine's own first token; for `chat inprocess` the engine's first output); `beyond raw`: "
-             "`wait` minus raw's mean first-token time seen by the client (what the loopback itself adds); "
+             "`wait` minus raw's mean first-token time seen by the client (what the loopback itself adds; not "
+             "shown where raw's streams arrive in one burst, as on the CPU vLLM engine on two cores: there the "
+             "chat stub sends its first chunk within milliseconds, and the client receives it with the last); "
              "`handoff`: to the sender's lane; `send`: its chunks built and sent. `added`: the path's TTFT "
              "p50 minus raw's, as the client sees it.", "",
              "| pair | path | prepare | wait | beyond raw | handoff | send | added |",
              "|---|---|---|---|---|---|---|---|"]
     for e in entries:
         raw_ttft = (e.get("ttft_mean_ms") or {}).get("raw")
+        raw_itl = e["sides"]["raw"]["itl_p50_ms"]
+        if raw_itl and raw_itl["median"] < BURST_ITL_MS:
+            raw_ttft = None
         for side, stages in e["first_token_stages_ms"].items():
             wait = stages.get("wait")
             beyond = wait["median"] - raw_ttft["median"] if wait and raw_ttft else None
