@@ -8,6 +8,8 @@ MODEL ?=
 SERVED_MODEL_NAME ?=
 # An embedding model for openai_embeddings under `make serve`, e.g. build/tiny-embed (default: none).
 EMBEDDING_MODEL ?=
+# INPROCESS=1: `make serve` gives openai_chat its own vLLM engine (engine: inprocess).
+INPROCESS ?=
 # openai_chat / openai_completions parameters for `make serve`, e.g. "tool_call_parser=hermes reasoning_parser=qwen3".
 CHAT_PARAMETERS ?=
 PYTEST_ARGS ?=
@@ -41,7 +43,7 @@ $(O200K): $(ENV_STAMP) harness/o200k.py
 
 serve: setup
 	$(PY) tools/serve.py $(if $(MODEL),--model $(MODEL)) $(if $(SERVED_MODEL_NAME),--served-model-name $(SERVED_MODEL_NAME)) \
-		$(if $(EMBEDDING_MODEL),--embedding-model $(EMBEDDING_MODEL)) \
+		$(if $(EMBEDDING_MODEL),--embedding-model $(EMBEDDING_MODEL)) $(if $(INPROCESS),--inprocess) \
 		$(foreach p,$(CHAT_PARAMETERS),--chat-parameter $(p))
 
 # The OpenAI-compatible gateway on port 9000, in front of the server `make serve` runs.

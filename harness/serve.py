@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -62,6 +63,9 @@ def parser() -> argparse.ArgumentParser:
                              "(docs/configuration.md), e.g. tool_call_parser=hermes; repeatable")
     parser.add_argument("--embedding-model", help="Hugging Face embedding model directory for openai_embeddings "
                                                    "(default: none, and openai_embeddings is not served)")
+    parser.add_argument("--inprocess", action="store_true",
+                        help="openai_chat runs its own vLLM engine (engine: inprocess) on vllm_model's engine "
+                             "arguments; the other protocol models keep calling vllm_model")
     parser.add_argument("--repository", type=Path, default=BUILD / "serve_repository",
                         help="where the runnable model repository is written")
     return parser
@@ -95,7 +99,20 @@ def prepare(args: argparse.Namespace) -> tuple[Path, str, Path]:
     )
     if embedding_model is not None:
         add_embedding_model(repo, embedding_model, loopback)
+    if args.inprocess:
+        give_own_engine(repo, "openai_chat")
     return repo, served, model
+
+
+def give_own_engine(repo: Path, name: str) -> None:
+    """`name` with its own vLLM engine: vllm_model's engine arguments (model.json, and
+    multi_lora.json) in its version directory, and `engine: inprocess` (docs/design.md)."""
+    for file in ("model.json", "multi_lora.json"):
+        source = repo / "vllm_model" / "1" / file
+        if source.is_file():
+            shutil.copyfile(source, repo / name / "1" / file)
+    config_path = repo / name / "config.pbtxt"
+    config_path.write_text(set_parameter(config_path.read_text(), "engine", "inprocess"))
 
 
 def embedding_name(model: Path) -> str:

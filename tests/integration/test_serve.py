@@ -1,9 +1,10 @@
 """`make serve` (tools/serve.py) as users stop it: SIGTERM (docker stop, systemd, kill) and
-Ctrl-C (SIGINT) stop the server, its model stubs and the vLLM engine processes, within a
-bounded time, and exit with status 0."""
+Ctrl-C (SIGINT) stop the server, its model stubs and the vLLM engine processes (with
+`--inprocess`, also openai_chat's own engine), within a bounded time, and exit with status 0."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -53,10 +54,13 @@ def children_of(pid: int) -> list[int]:
 
 
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT}
+# The Ctrl-C server also gives openai_chat its own engine (`make serve INPROCESS=1`): a signal must
+# stop that engine's processes too, and the model must still answer before it.
+INPROCESS = {"SIGINT": ["--inprocess"]}
 
 
-def output(repository: Path) -> str:
-    return (repository.parent / "serve.log").read_text(errors="replace")[-3000:]
+def output(repository: Path, tail: int = 3000) -> str:
+    return (repository.parent / "serve.log").read_text(errors="replace")[-tail:]
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +72,8 @@ def serves(tmp_path_factory, tiny_model):
         repository = tmp_path_factory.mktemp(name) / "serve_repository"
         http_port = free_port()
         command = [sys.executable, str(ROOT / "tools" / "serve.py"), "--http-port", str(http_port),
-                   "--grpc-port", str(free_port()), "--metrics-port", str(free_port()), "--repository", str(repository)]
+                   "--grpc-port", str(free_port()), "--metrics-port", str(free_port()), "--repository", str(repository),
+                   *INPROCESS.get(name, [])]
         # SIGINT as a terminal's Ctrl-C: a child of a non-interactive shell may inherit it ignored.
         with open(repository.parent / "serve.log", "wb") as log:
             serve = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -96,6 +101,13 @@ def test_serve_stops_everything_on_signal(serves, name):
         pytest.fail("make serve did not become ready")
     started = processes_mentioning(str(repository))
     assert len(started) >= 3  # tritonserver and the stubs of its models
+    if name in INPROCESS:
+        body = json.dumps({"request": json.dumps({"messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 4})})
+        with urllib.request.urlopen(urllib.request.Request(
+                f"http://127.0.0.1:{http_port}/v2/models/openai_chat/generate", data=body.encode()), timeout=60) as r:
+            answer = json.loads(json.loads(r.read())["response"])
+        assert answer["choices"][0]["finish_reason"] == "length", answer
+        assert "openai_chat ready: serves 'tiny-chat' via its own vLLM engine" in output(repository, 200_000)
     serve.send_signal(SIGNALS[name])
     code = serve.wait(timeout=60)
     assert code == 0, output(repository)

@@ -171,3 +171,18 @@ def test_serve_takes_chat_parameters_and_names_a_typo(tmp_path, tiny_model):
         with pytest.raises(SystemExit) as stopped:
             prepare(args(typo))
         assert named in str(stopped.value) and str(stopped.value).startswith("--chat-parameter:")
+
+
+def test_serve_inprocess_gives_openai_chat_its_own_engine(tmp_path, tiny_model):
+    """`make serve INPROCESS=1` / `tools/serve.py --inprocess`: openai_chat gets vllm_model's
+    engine arguments in its version directory and `engine: inprocess`; the other models keep
+    calling vllm_model."""
+    from harness.serve import parser, prepare  # noqa: PLC0415
+    repo, _served, _model = prepare(parser().parse_args(
+        ["--model", str(tiny_model), "--repository", str(tmp_path / "r"), "--inprocess"]))
+    chat = repo / "openai_chat"
+    assert (chat / "1" / "model.json").read_text() == (repo / "vllm_model" / "1" / "model.json").read_text()
+    assert 'key: "engine", value: { string_value: "inprocess" }' in (chat / "config.pbtxt").read_text()
+    for name in ("openai_completions", "anthropic_messages", "openai_responses"):
+        assert not (repo / name / "1" / "model.json").exists()
+        assert '"engine"' not in (repo / name / "config.pbtxt").read_text()
