@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import InternalError
 from ..formats import GenerationOutput, RequestFormat
-from ..formats.base import element_text, string_tensor
+from ..formats.base import first_int, first_text, string_tensor
 
 INPUT = "embedding_request"
 OUTPUTS = ["text_output", "num_input_tokens", "num_output_tokens"]
@@ -68,11 +68,5 @@ class VllmEmbeddingFormat(RequestFormat):
         return list(OUTPUTS)
 
     def parse(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
-        out = GenerationOutput()
-        text = outputs.get("text_output")
-        if text is not None and text.size:
-            out.text = element_text(text.reshape(-1)[0])
-        prompt = outputs.get("num_input_tokens")
-        if prompt is not None and prompt.size:
-            out.prompt_tokens = int(prompt.reshape(-1)[0])
-        return out
+        return GenerationOutput(text=first_text(outputs.get("text_output")) or "",
+                                prompt_tokens=first_int(outputs.get("num_input_tokens")))

@@ -118,6 +118,16 @@ def element_text(value) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def first_text(array: np.ndarray | None) -> str | None:
+    """The first element of a BYTES output as text; None when the output is absent or empty."""
+    return element_text(array.reshape(-1)[0]) if array is not None and array.size else None
+
+
+def first_int(array: np.ndarray | None) -> int | None:
+    """The first element of an integer output; None when the output is absent or empty."""
+    return int(array.reshape(-1)[0]) if array is not None and array.size else None
+
+
 def with_eos_texts(tokenizer, stops: list[str], eos_ids: list[int]) -> list[str]:
     """`stops`, then the text of each id in `eos_ids` that is not among them: for a target that
     stops at one end id and takes other stop words only as text."""

@@ -39,7 +39,15 @@ import random
 import numpy as np
 
 from ..errors import BadRequestError, CancelledError, NotFoundError
-from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, element_text, string_tensor, with_eos_texts
+from .base import (
+    Decoder,
+    GenerationOutput,
+    GenerationRequest,
+    RequestFormat,
+    first_text,
+    string_tensor,
+    with_eos_texts,
+)
 from .detokenize import StopStrings
 
 # vLLM sampling names -> (llmapi input, dtype).
@@ -56,9 +64,6 @@ _TRUE = np.array([True])
 # The LLM API's finish reasons (tensorrt_llm/executor/result.py, CompletionOutput.finish_reason).
 _FINISH_REASONS = {"stop": "stop", "length": "length", "timeout": "length"}
 
-
-def _first_text(array: np.ndarray | None) -> str | None:
-    return element_text(array.reshape(-1)[0]) if array is not None and array.size else None
 
 
 class LlmApiFormat(RequestFormat):
@@ -165,14 +170,14 @@ class LlmApiDecoder(Decoder):
         return self.stops.matched
 
     def decode(self, outputs: dict[str, np.ndarray]) -> GenerationOutput:
-        text = _first_text(outputs.get("text_output")) or ""
+        text = first_text(outputs.get("text_output")) or ""
         new = ""
         if text.startswith(self.seen):  # the whole text so far: only its end is new
             new, self.seen = text[len(self.seen):], text
         out = GenerationOutput(text=self.stops.push(new))
-        reason = _first_text(outputs.get("finish_reason"))
+        reason = first_text(outputs.get("finish_reason"))
         ended = reason not in (None, "", "None")
-        stop_reason = _first_text(outputs.get("stop_reason"))
+        stop_reason = first_text(outputs.get("stop_reason"))
         if self.streamed:  # one engine step per response; the end at EOS adds none
             out.completion_tokens = 0 if ended and reason == "stop" and stop_reason in (None, "None") else 1
             self.completion_tokens += out.completion_tokens

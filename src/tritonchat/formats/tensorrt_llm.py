@@ -23,8 +23,8 @@ import random
 import numpy as np
 
 from ..errors import BadRequestError, NotFoundError
-from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, element_text, with_eos_texts
-from .tensorrt_llm_decoders import TensorRtLlmDecoder, TrtllmDecoder, first_int
+from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, element_text, first_int, with_eos_texts
+from .tensorrt_llm_decoders import TensorRtLlmDecoder, TrtllmDecoder
 
 # vLLM sampling names -> (TensorRT-LLM input, dtype); both formats.
 _SAMPLING_INPUTS = {

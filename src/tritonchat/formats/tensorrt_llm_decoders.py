@@ -6,12 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob
+from .base import Decoder, GenerationOutput, GenerationRequest, RequestFormat, TokenLogprob, first_int
 from .detokenize import IncrementalDetokenizer, StopStrings
-
-
-def first_int(array: np.ndarray | None) -> int | None:
-    return int(array.reshape(-1)[0]) if array is not None and array.size else None
 
 
 class BudgetDecoder(Decoder):
