@@ -12,6 +12,15 @@ from .repository import config_context_length, generation_eos_ids
 from .settings import Settings
 
 
+def check_body_size(settings: Settings, body: str | bytes) -> None:
+    """A request body larger than `max_request_bytes`: a 400 saying so, before it is parsed."""
+    if len(body) > settings.max_request_bytes:
+        raise BadRequestError(
+            f"The request body has {len(body)} bytes; this server takes at most "
+            f"{settings.max_request_bytes} (max_request_bytes)."
+        )
+
+
 def check_limits(settings: Settings, request) -> None:
     """The server's caps (settings `max_*`), each a 400 naming the field and the cap."""
     chat = isinstance(request, ChatCompletionRequest)

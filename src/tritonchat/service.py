@@ -25,7 +25,7 @@ from .images import ImageFile, ImagePolicy, count_images, load_images
 from .plan import Limits, ModelNames, plan_generations, requested_generation
 from .protocol.tokenize import endpoint_of
 from .tokenizing import tokenize_answer
-from .policy import check_limits, check_special_tokens, context_length, eos_token_ids, image_rule
+from .policy import check_body_size, check_limits, check_special_tokens, context_length, eos_token_ids, image_rule
 from .protocol import ChatCompletionRequest, CompletionRequest, parse_chat_request, parse_completion_request
 from .repository import config_vocab_size
 from .chunks import ChatResponseBuilder, ResponseBuilder
@@ -142,11 +142,7 @@ class Service:
 
     def stage(self, body: str | bytes, request_id: str = "") -> Staged:
         """The checks that need no image: parse, this server's policy, the chat template."""
-        if len(body) > self.settings.max_request_bytes:
-            raise BadRequestError(
-                f"The request body has {len(body)} bytes; this server takes at most "
-                f"{self.settings.max_request_bytes} (max_request_bytes)."
-            )
+        check_body_size(self.settings, body)
         if self.answers_tokenize and (special := endpoint_of(body)) is not None:
             return Staged(None, None, None, request_id, 0, answer=tokenize_answer(self, *special))
         request = self.parse(body)

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import BadRequestError, ConfigError, OpenAIError
 from ..formats import Decoder, FormatOptions, TargetCall
 from ..plan import ModelNames
-from ..policy import context_length
+from ..policy import check_body_size, context_length
 from ..protocol.embeddings import EmbeddingRequest, parse_embedding_request
 from ..repository import config_vocab_size
 from ..settings import Settings
@@ -129,10 +129,7 @@ class EmbeddingService:
     # ---- per request ---------------------------------------------------------------------
     def stage(self, body: str | bytes, request_id: str = "") -> StagedEmbeddings:
         """Parse and check a request and tokenize its inputs (a worker thread runs this)."""
-        if len(body) > self.settings.max_request_bytes:
-            raise BadRequestError(
-                f"The request body has {len(body)} bytes; this server takes at most "
-                f"{self.settings.max_request_bytes} (max_request_bytes).")
+        check_body_size(self.settings, body)
         request = parse_embedding_request(body)
         if self.names.resolve(request.model) is not None:
             raise BadRequestError("LoRA adapters serve no embeddings on Triton's vLLM backend; use the base model.",
