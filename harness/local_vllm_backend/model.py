@@ -88,6 +88,7 @@ from tritonchat.engine.driver import (
     create_engine,
     decode_image,
     device_environment,
+    render_input,
     render_prompt,
     shutdown_engine,
     vllm_api,
@@ -577,11 +578,7 @@ class TritonPythonModel:
         inputs = parse_embed_inputs(request)
         params = PoolingParams(task="embed") if inputs.dimensions is None else PoolingParams(
             dimensions=inputs.dimensions, task="embed")
-        api = vllm_api()
-        prompt = inputs.prompt
-        if api.parse_model_prompt is not None:  # rendered by the engine's renderer, as `generate`'s prompts
-            (prompt,) = await self.engine.renderer.render_cmpl_async([api.parse_model_prompt(self.engine.model_config,
-                                                                                               prompt)])
+        prompt = await render_input(self.engine, inputs.prompt)  # rendered as `generate`'s prompts are
         request_id = uuid.uuid4().hex
         outputs = self.engine.encode(prompt, params, request_id)
         last_output = None

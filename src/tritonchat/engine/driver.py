@@ -191,11 +191,16 @@ async def render_prompt(engine, text: str, images: list | None = None):
     prompt: dict[str, Any] = {"prompt": text}
     if images:
         prompt["multi_modal_data"] = {"image": images}
+    return await render_input(engine, prompt)
+
+
+async def render_input(engine, prompt):
+    """The engine's input for a prompt as vLLM takes one (`{"prompt": text}`, `{"prompt_token_ids":
+    ids}`, ...): rendered by the engine's own renderer where vLLM has one, else as it is."""
     parse = vllm_api().parse_model_prompt
     if parse is None:
         return prompt
-    parsed = parse(engine.model_config, prompt)
-    (engine_input,) = await engine.renderer.render_cmpl_async([parsed])
+    (engine_input,) = await engine.renderer.render_cmpl_async([parse(engine.model_config, prompt)])
     return engine_input
 
 
