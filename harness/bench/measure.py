@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.bench.load import RequestResult
 from harness.bench.paths import VLLM_SERVE
+from tritonchat.sender import FIRST_TOKEN_STAGES
 
 RESULT_KEYS = (
     "ttft_p50_ms",
@@ -167,7 +168,6 @@ def summarize(runs: list[dict], args) -> list[dict]:
 # ---- the chat models' first-token stages (Triton's metrics endpoint) -----------------------------
 
 STAGE_METRIC = "tritonchat_first_token_stage_seconds"
-FIRST_TOKEN_STAGES = ("prepare", "wait", "handoff", "send")
 
 
 def scrape_stages(metrics_url: str) -> dict[tuple[str, str], tuple[float, float]]:

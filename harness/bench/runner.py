@@ -52,12 +52,12 @@ class Bench:
             server_cpu = {}
             for cpu, before in zip(cpus, cpu_before):
                 server_cpu.update(cpu_delta(before, cpu.snapshot()))
-        # What everything else on the machine used meanwhile: other people's jobs skew results.
         stages = None
         if stages_before is not None:
             await asyncio.sleep(0.2)  # (each request's stages are recorded just after its last response)
             stages = stage_means_ms(stages_before, scrape_stages(self.metrics_url), target.model)
         ttfts = [r.ttft for r in results if r.ttft is not None]
+        # What everything else on the machine used meanwhile: other people's jobs skew results.
         others = busy - client_cpu - sum(server_cpu.values()) if busy is not None and server_cpu is not None else None
         run = {
             "pair": target.pair,
